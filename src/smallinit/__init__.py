@@ -1,0 +1,3 @@
+"""smallinit: small initialization (sigma = d_in^-gamma) for language-model pretraining."""
+
+__version__ = "0.1.0"
