@@ -1,0 +1,5 @@
+import sys
+
+from smallinit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,75 @@
+"""One entry point: ``smallinit <verb> ...``.
+
+Each verb lives in ``smallinit.commands.<module>`` and exposes ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when
+their verb is used, so ``smallinit --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from smallinit.errors import SmallinitError
+
+# verb -> module under smallinit.commands
+VERBS: dict[str, str] = {
+    "prepare": "prepare",
+    "train": "train",
+    "probe": "probe",
+    "plot": "plot",
+    "compare": "compare",
+    "scaling": "scaling",
+    "eval": "evaluate",
+    "export": "export",
+    "import-hf": "import_hf",
+    "sweep": "sweep",
+    "anchor": "anchor",
+    "reproduce": "reproduce",
+    "doctor": "doctor",
+    "init-report": "init_report",
+}
+
+
+def _load(verb: str):
+    return importlib.import_module(f"smallinit.commands.{VERBS[verb]}")
+
+
+def build_parser(verbs: list[str] | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="smallinit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb in verbs if verbs is not None else VERBS:
+        try:
+            mod = _load(verb)
+        except ModuleNotFoundError as e:
+            if e.name and e.name.startswith("smallinit.commands"):
+                continue  # verb not built yet
+            raise
+        p = sub.add_parser(verb, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Build only the requested verb's parser when we can (fast start, isolated imports).
+    verbs = [argv[0]] if argv and argv[0] in VERBS else None
+    parser = build_parser(verbs)
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except SmallinitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
