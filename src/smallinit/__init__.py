@@ -1,3 +1,22 @@
-"""smallinit: small initialization (sigma = d_in^-gamma) for language-model pretraining."""
+"""smallinit: small initialization (σ = d_in^(−γ)) for language-model pretraining.
+
+    >>> import smallinit
+    >>> report = smallinit.gamma_init(my_model, gamma=1.0)   # any nn.Module
+    >>> model = smallinit.Transformer(smallinit.ModelConfig.from_preset("small"))
+"""
+
+from smallinit.init import InitReport, InitRow, gamma_init
+from smallinit.model import ModelConfig, MoEConfig, RMSNorm, Transformer
 
 __version__ = "0.1.0"
+
+
+def load_checkpoint(path, map_location="cpu"):
+    """Load a :class:`Transformer` from a run directory (its latest good checkpoint) or a checkpoint directory."""
+    from smallinit.checkpoint import load_checkpoint as _load
+
+    return _load(path, map_location=map_location)
+
+
+__all__ = ["InitReport", "InitRow", "ModelConfig", "MoEConfig", "RMSNorm", "Transformer", "gamma_init",
+           "load_checkpoint"]

@@ -1,0 +1,100 @@
+"""Causal self-attention with RoPE, grouped-query attention and the query-dependent output gate."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from smallinit.model.config import ModelConfig
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE tables in the Hugging Face Llama layout: cos/sin of shape (max_seq_len, head_dim),
+    frequencies θ_i = base^(−2i/head_dim) repeated over the two halves of a head."""
+
+    def __init__(self, head_dim: int, max_seq_len: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+        t = torch.arange(max_seq_len, dtype=torch.float64)
+        freqs = torch.outer(t, inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.register_buffer("cos", emb.cos().float(), persistent=False)
+        self.register_buffer("sin", emb.sin().float(), persistent=False)
+
+    def forward(self, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if seq_len > self.cos.shape[0]:
+            raise ValueError(f"sequence length {seq_len} exceeds max_seq_len={self.cos.shape[0]}")
+        return self.cos[:seq_len], self.sin[:seq_len]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin, with rotate_half(x) = [−x₂, x₁] over the two halves of the head."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Y = W_O · concat_h( SDPA(Q_h, K_h, V_h) ⊙ σ(X W_g,h) ), causal.
+
+    Q, K, V and the gate are one fused projection ``w_qkvg`` of the normalized input X (all have
+    fan-in d_model, so the γ-rule treats them alike). The gate is query-dependent: it reads the same
+    X that feeds Q, and is applied after attention and before W_O (DESIGN §2). Gate modes:
+    "none" (no parameters), "headwise" (one scalar per head), "elementwise" (one per head channel).
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.n_kv_heads
+        self.head_dim = config.head_dim
+        self.gate_mode = config.gate
+        self.q_dim = self.n_heads * self.head_dim
+        self.kv_dim = self.n_kv_heads * self.head_dim
+        self.gate_dim = {"none": 0, "headwise": self.n_heads, "elementwise": self.q_dim}[config.gate]
+        self.w_qkvg = nn.Linear(config.d_model, self.q_dim + 2 * self.kv_dim + self.gate_dim, bias=False)
+        self.w_o = nn.Linear(self.q_dim, config.d_model, bias=False)
+
+    def matrices(self) -> dict[str, torch.Tensor]:
+        """The logical weight matrices (views into the fused projection): q, k, v, [gate], o."""
+        q, k, v, g = self.w_qkvg.weight.split([self.q_dim, self.kv_dim, self.kv_dim, self.gate_dim], dim=0)
+        out = {"q": q, "k": k, "v": v}
+        if self.gate_dim:
+            out["gate"] = g
+        out["o"] = self.w_o.weight
+        return out
+
+    def _project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        B, T, _ = x.shape
+        q, k, v, g = self.w_qkvg(x).split([self.q_dim, self.kv_dim, self.kv_dim, self.gate_dim], dim=-1)
+        q = apply_rope(q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2), cos, sin)
+        k = apply_rope(k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2), cos, sin)
+        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return q, k, v, g
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v, g = self._project(x, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+        y = y.transpose(1, 2)  # (B, T, H, hd)
+        if self.gate_dim:
+            gate = torch.sigmoid(g).view(B, T, self.n_heads, -1)  # -1: 1 (headwise) or hd (elementwise)
+            y = y * gate
+        return self.w_o(y.reshape(B, T, self.q_dim))
+
+    @torch.no_grad()
+    def attention_weights(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """softmax(Q Kᵀ/√d_h + causal mask) for input ``x``: shape (B, n_heads, T, T), float32.
+
+        The same computation SDPA performs inside :meth:`forward`, made explicit for probes.
+        """
+        q, k, _, _ = self._project(x, cos, sin)
+        rep = self.n_heads // self.n_kv_heads
+        k = k.repeat_interleave(rep, dim=1) if rep > 1 else k
+        scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(self.head_dim)
+        T = x.shape[1]
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)

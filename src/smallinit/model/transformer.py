@@ -1,0 +1,126 @@
+"""The decoder: token embedding → n_layers × pre-norm blocks → final norm → LM head.
+
+The model computes logits and nothing else: probes, logging and parallelism attach from outside
+(forward hooks on ``blocks[i].attn_norm``, ``.attn``, ``.mlp_norm``, ``.mlp``, and
+``Attention.attention_weights`` for the attention pattern).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from smallinit.init import InitReport, gamma_init
+from smallinit.model.attention import Attention, RotaryEmbedding
+from smallinit.model.config import ModelConfig
+from smallinit.model.mlp import SwiGLU
+from smallinit.model.norm import make_norm
+
+
+class Block(nn.Module):
+    """h' = h + Attn(Norm(h));  out = h' + FFN(Norm(h'))."""
+
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        self.attn_norm = make_norm(config.norm, config.d_model, config.norm_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = make_norm(config.norm, config.d_model, config.norm_eps)
+        if config.is_moe_layer(layer):
+            from smallinit.model.moe import MoE
+
+            self.mlp = MoE(config)
+        else:
+            self.mlp = SwiGLU(config.d_model, config.d_ff)
+
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = h + self.attn(self.attn_norm(h), cos, sin)
+        return h + self.mlp(self.mlp_norm(h))
+
+
+class Transformer(nn.Module):
+    """A pre-norm decoder-only LM; ``Transformer(config)`` applies the γ-rule from ``config``."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_theta)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
+        self.norm_f = make_norm(config.norm, config.d_model, config.norm_eps)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        self.init_report: InitReport = self.reset_parameters()
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> InitReport:
+        """Re-draw every weight with the γ-rule of ``self.config`` (plus its overrides)."""
+        c = self.config
+        overrides = dict(c.init_overrides)
+        if c.init_depth_scale:
+            depth_gamma_std = {}  # std = fan_in^(-γ) / sqrt(2L) on each block's output projections
+            for name, p in self.named_parameters():
+                if name.endswith(("attn.w_o.weight", "mlp.w_down.weight")):
+                    depth_gamma_std[name] = {"std": p.shape[1] ** (-c.gamma) / math.sqrt(2 * c.n_layers)}
+            overrides = {**overrides, **{k: v for k, v in depth_gamma_std.items() if k not in overrides}}
+        report = gamma_init(self, c.gamma, overrides, generator=generator)
+        self.rope.__init__(c.head_dim, c.max_seq_len, c.rope_theta)  # recompute tables (meta-safe)
+        return report
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx (B, T) int64 → logits (B, T, vocab_size)."""
+        cos, sin = self.rope(idx.shape[1])
+        h = self.tok_emb(idx)
+        for block in self.blocks:
+            h = block(h, cos, sin)
+        return self.lm_head(self.norm_f(h))
+
+    def aux_loss(self) -> torch.Tensor | None:
+        """Sum of the auxiliary (MoE load-balancing and z-) losses of the last forward, or None for dense models."""
+        losses = [b.mlp.aux_loss for b in self.blocks if getattr(b.mlp, "aux_loss", None) is not None]
+        return torch.stack(losses).sum() if losses else None
+
+    # ---- accounting -------------------------------------------------------------------------
+    def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
+        """Parameter count (tied weights once). ``non_embedding`` drops the token embedding and an untied
+        LM head (Kaplan's N). ``active`` counts, in MoE layers, only the experts a token uses."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.tok_emb.weight.numel()
+            if not self.config.tie_embeddings:
+                n -= self.lm_head.weight.numel()
+        if active:
+            for b in self.blocks:
+                if hasattr(b.mlp, "inactive_params"):
+                    n -= b.mlp.inactive_params()
+        return n
+
+    def flops_per_token(self, seq_len: int | None = None) -> float:
+        """Training FLOPs per token, 6·N + 12·L·T·d, with N = active non-embedding parameters plus the
+        LM-head matmul (gate included; an embedding lookup costs no matmul)."""
+        c = self.config
+        T = seq_len or c.max_seq_len
+        n = self.num_params(non_embedding=True, active=True) + c.vocab_size * c.d_model
+        return 6.0 * n + 12.0 * c.n_layers * T * c.d_model
+
+    # ---- sampling ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Append ``max_new_tokens`` sampled tokens to ``idx`` (B, T). ``temperature = 0`` is greedy."""
+        for _ in range(max_new_tokens):
+            ctx = idx[:, -self.config.max_seq_len:]
+            logits = self(ctx)[:, -1, :].float()
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
