@@ -1,0 +1,432 @@
+"""The pretraining loop: AdamW, warmup + cosine/WSD, clipping, accumulation, bf16 autocast, compile,
+validation, atomic checkpoints, exact resume, a divergence guard and optional DDP/FSDP2.
+
+    trainer = Trainer(load_config("tiny", ["train.max_steps=100"]), "runs/tiny")
+    summary = trainer.run()
+
+Everything a run produces lives in its directory: ``config.yaml``, ``tokenizer.json``, ``metrics.jsonl``,
+``checkpoints/``, ``summary.json`` (written when the run completes) and whatever callbacks (probes) add.
+Callbacks are duck-typed objects with any of ``on_train_start(trainer)``,
+``on_loss(trainer, step, loss) -> loss``, ``on_before_optimizer_step(trainer, step)``,
+``on_step_end(trainer, step, record)`` and ``on_train_end(trainer)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from smallinit.checkpoint import latest_good_checkpoint, read_checkpoint, save_checkpoint
+from smallinit.errors import ConfigError, DivergenceError, RunDirError
+from smallinit.io import atomic_write_json, atomic_write_text
+from smallinit.model import ModelConfig, Transformer
+from smallinit.train import distributed as dist_utils
+from smallinit.train.config import RunConfig, config_from_dict, save_config
+from smallinit.train.schedule import lr_at
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device=cuda but no CUDA device is available")
+    if name == "cuda":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device(name)
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float, decay_embeddings: bool) -> list[dict[str, Any]]:
+    """Weight decay on matrices only: never on norm gains or biases; on embeddings/head only if asked."""
+    decay, no_decay = [], []
+    embedding_ids = {id(model.tok_emb.weight), id(model.lm_head.weight)}
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        if p.ndim < 2 or (id(p) in embedding_ids and not decay_embeddings):
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class RunLock:
+    """An exclusive, non-blocking ``flock`` on ``RUN_DIR/.lock``: a second process on the same run refuses."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / ".lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> "RunLock":
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(self.fd)
+            self.fd = None
+            raise RunDirError(f"{self.path.parent} is in use by another process (pid {other}); "
+                              "wait for it or choose another directory") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+class Trainer:
+    """Owns one run directory; ``run()`` trains to ``train.max_steps`` (resuming if asked) and returns a summary."""
+
+    def __init__(self, cfg: RunConfig | None, run_dir: str | os.PathLike, resume: bool = False,
+                 callbacks: list[Any] | None = None):
+        self.run_dir = Path(run_dir)
+        self.resume = resume
+        self.callbacks = list(callbacks or [])
+        if resume:
+            cfg_path = self.run_dir / "config.yaml"
+            if not cfg_path.is_file():
+                raise RunDirError(f"{self.run_dir}: nothing to resume (no config.yaml)")
+            import yaml
+
+            cfg = config_from_dict(yaml.safe_load(cfg_path.read_text()))
+        if cfg is None:
+            raise ConfigError("a config is required for a new run")
+        self.cfg = cfg
+        self.step = 0
+        self.model: Transformer | None = None
+
+    # ---- helpers usable by callbacks ------------------------------------------------------------------
+    def autocast(self):
+        enabled = self.cfg.train.dtype == "bf16"
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled)
+
+    def full_model(self) -> Transformer | None:
+        """An unsharded model with the current weights on rank 0 (None on other ranks). Collective under FSDP:
+        every rank must call it."""
+        if self.cfg.train.parallel != "fsdp":
+            return self.model if self.dist.is_main else None
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.dist.is_main:
+            return None
+        if getattr(self, "_replica", None) is None:
+            self._replica = Transformer(self.model_cfg)
+        self._replica.load_state_dict(sd)
+        return self._replica
+
+    def _callbacks(self, name: str, *args):
+        out = None
+        for cb in self.callbacks:
+            fn = getattr(cb, name, None)
+            if fn is not None:
+                r = fn(self, *args)
+                out = r if r is not None else out
+        return out
+
+    # ---- set-up ---------------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        from smallinit.data import BatchLoader, TokenData
+
+        c = self.cfg
+        if c.train.threads:
+            torch.set_num_threads(c.train.threads)
+        self.device = resolve_device(c.train.device)
+        self.dist = dist_utils.setup(c.train.parallel, self.device)
+        W = self.dist.world_size
+        mb = c.train.micro_batch_size or c.train.batch_size // W
+        if c.train.batch_size % W or mb <= 0 or c.train.batch_size % (W * mb):
+            raise ConfigError(f"train.batch_size={c.train.batch_size} must be divisible by world_size={W} × "
+                              f"micro_batch_size={mb}")
+        self.micro_batch = mb
+        self.accum = c.train.batch_size // (W * mb)
+
+        self.data = TokenData(c.data.path)
+        # the data decides the vocabulary; the model must cover the window length
+        c.model.vocab_size = self.data.vocab_size
+        c.model.max_seq_len = max(c.model.max_seq_len, c.data.seq_len)
+        c.validate()
+        self.model_cfg: ModelConfig = c.model
+        bos = self.data.bos_id if c.data.bos else None
+        self.loader = BatchLoader(self.data.train, c.data.seq_len, c.train.batch_size, c.train.seed, bos_id=bos)
+        self.bos_id = bos
+
+        torch.manual_seed(c.train.seed)
+        model = Transformer(c.model).to(self.device)
+        self.model = model
+        self.optimizer = torch.optim.AdamW(
+            param_groups(model, c.optim.weight_decay, c.optim.decay_embeddings), lr=c.optim.lr,
+            betas=tuple(c.optim.betas), eps=c.optim.eps, foreach=True)
+        self.wrapped = dist_utils.wrap(model, c.train.parallel, self.device)
+        if c.train.parallel == "fsdp":  # the optimizer must see the sharded (DTensor) parameters
+            self.optimizer = torch.optim.AdamW(
+                param_groups(model, c.optim.weight_decay, c.optim.decay_embeddings), lr=c.optim.lr,
+                betas=tuple(c.optim.betas), eps=c.optim.eps, foreach=True)
+        self.forward = torch.compile(self.wrapped) if c.train.compile else self.wrapped
+
+    def _prepare_run_dir(self) -> None:
+        rd = self.run_dir
+        if self.dist.is_main:
+            if not self.resume and ((rd / "metrics.jsonl").exists() or (rd / "checkpoints").exists()):
+                raise RunDirError(f"{rd} already holds a run; use `smallinit train --resume {rd}` or a new --out")
+            rd.mkdir(parents=True, exist_ok=True)
+        dist_utils.barrier(self.dist)
+
+    def _write_run_files(self) -> None:
+        if not self.dist.is_main:
+            return
+        save_config(self.cfg, self.run_dir / "config.yaml")
+        tok = Path(self.cfg.data.path) / "tokenizer.json"
+        if tok.is_file():
+            atomic_write_text(self.run_dir / "tokenizer.json", tok.read_text())
+
+    def _restore(self) -> None:
+        ckpt = latest_good_checkpoint(self.run_dir)
+        if ckpt is None:
+            if (self.run_dir / "metrics.jsonl").exists() and self.dist.is_main:
+                (self.run_dir / "metrics.jsonl").unlink()  # nothing was saved: start over cleanly
+            return
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        data = read_checkpoint(ckpt)
+        tensors = data["model"]
+        if self.model_cfg.tie_embeddings:
+            tensors = {**tensors, "lm_head.weight": tensors["tok_emb.weight"]}
+        opts = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.model, tensors, options=opts)
+        set_optimizer_state_dict(self.model, self.optimizer, data["optim"]["optimizer"], options=opts)
+        torch.set_rng_state(data["optim"]["rng_cpu"])
+        self.step = int(data["state"]["step"])
+        self._truncate_metrics(self.step)
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Drop metric lines logged after the checkpoint we resume from (they will be logged again)."""
+        path = self.run_dir / "metrics.jsonl"
+        if not self.dist.is_main or not path.exists():
+            return
+        keep = []
+        for line in path.read_text().splitlines():
+            try:
+                if json.loads(line)["step"] <= step:
+                    keep.append(line)
+            except (ValueError, KeyError):
+                continue  # a torn last line from a kill: dropped
+        atomic_write_text(path, "".join(l + "\n" for l in keep))
+
+    def save(self) -> Path | None:
+        """Write a checkpoint of the current step (collective under FSDP; rank 0 writes)."""
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                             get_optimizer_state_dict)
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        msd = get_model_state_dict(self.model, options=opts)
+        osd = get_optimizer_state_dict(self.model, self.optimizer, options=opts)
+        path = None
+        if self.dist.is_main:
+            tied = ("lm_head.weight",) if self.model_cfg.tie_embeddings else ()
+            state = {"tokens": self.tokens_seen, "loader": self.loader.state_dict(), "world_size": self.dist.world_size,
+                     "wall_time": self.wall_time()}
+            path = save_checkpoint(self.run_dir, self.step, msd, {"optimizer": osd, "rng_cpu": torch.get_rng_state()},
+                                   state, self.cfg.to_dict(), keep=self.cfg.train.keep_ckpts, tied_keys=tied)
+        dist_utils.barrier(self.dist)
+        return path
+
+    # ---- the loop -------------------------------------------------------------------------------------
+    @property
+    def tokens_seen(self) -> int:
+        return self.step * self.cfg.train.batch_size * self.cfg.data.seq_len
+
+    def wall_time(self) -> float:
+        return self._wall_before + (time.time() - self._t_start)
+
+    @torch.no_grad()
+    def evaluate(self, n_batches: int | None = None, skip_batches: int = 0) -> float:
+        """Mean next-token loss over a fixed, ordered set of validation windows (rank-strided, then averaged)."""
+        from smallinit.data import val_batches
+
+        c = self.cfg
+        n = c.data.val_batches if n_batches is None else n_batches
+        self.wrapped.eval()
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        it = val_batches(self.data.val, c.data.seq_len, self.micro_batch,
+                         max_batches=(skip_batches + n) * (c.train.batch_size // self.micro_batch), bos_id=self.bos_id)
+        per = c.train.batch_size // self.micro_batch
+        for i, (x, y) in enumerate(it):
+            if i < skip_batches * per or i % self.dist.world_size != self.dist.rank:
+                continue
+            with self.autocast():
+                logits = self.forward(x.to(self.device))
+            loss = F.cross_entropy(logits.float().flatten(0, 1), y.to(self.device).flatten(), reduction="sum")
+            total += torch.stack([loss.double(), torch.tensor(y.numel(), dtype=torch.float64, device=self.device)])
+        if self.dist.enabled:
+            torch.distributed.all_reduce(total)
+        self.wrapped.train()
+        return (total[0] / total[1].clamp(min=1)).item()
+
+    def _micro_step_context(self, last: bool):
+        if last or not self.dist.enabled:
+            return contextlib.nullcontext()
+        if self.cfg.train.parallel == "ddp":
+            return self.wrapped.no_sync()
+        return contextlib.nullcontext()
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step over the global batch; returns {"loss", "grad_norm", "lr", "aux_loss"}."""
+        c = self.cfg
+        lr = lr_at(self.step, c.train.max_steps, c.optim)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        loss_sum = torch.zeros((), device=self.device)
+        aux_sum = torch.zeros((), device=self.device)
+        fsdp = c.train.parallel == "fsdp" and self.dist.enabled
+        for m in range(self.accum):
+            start = (self.dist.rank * self.accum + m) * self.micro_batch
+            x, y = self.loader.get(self.step, start, self.micro_batch)
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            last = m == self.accum - 1
+            if fsdp:
+                self.model.set_requires_gradient_sync(last)
+            with self._micro_step_context(last):
+                with self.autocast():
+                    logits = self.forward(x)
+                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+                aux = self.model.aux_loss()
+                loss = self._callbacks("on_loss", self.step, loss) or loss
+                total = loss + aux if aux is not None else loss
+                (total / self.accum).backward()
+            loss_sum += loss.detach()
+            if aux is not None:
+                aux_sum += aux.detach()
+        self._callbacks("on_before_optimizer_step", self.step)
+        clip = c.optim.grad_clip if c.optim.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        stats = dist_utils.all_reduce_mean(torch.stack([loss_sum, aux_sum]) / self.accum, self.dist)
+        loss_v, aux_v, gn = stats[0].item(), stats[1].item(), grad_norm.item()
+        if not math.isfinite(loss_v) or not math.isfinite(gn):
+            what = "loss" if not math.isfinite(loss_v) else "gradient norm"
+            raise DivergenceError(f"non-finite {what} at step {self.step + 1} (loss={loss_v}, grad_norm={gn}); "
+                                  f"stopped before the optimizer step; the last good checkpoint is kept")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return {"loss": loss_v, "grad_norm": gn, "lr": lr, "aux_loss": aux_v}
+
+    def run(self) -> dict[str, Any]:
+        self._t_start = time.time()
+        self._wall_before = 0.0
+        self._setup()
+        self._prepare_run_dir()
+        lock = RunLock(self.run_dir) if self.dist.is_main else contextlib.nullcontext()
+        try:
+            with lock:
+                if self.resume:
+                    self._restore()
+                self._write_run_files()
+                return self._loop()
+        finally:
+            dist_utils.teardown()
+
+    def _loop(self) -> dict[str, Any]:
+        c = self.cfg
+        main = self.dist.is_main
+        metrics_f = open(self.run_dir / "metrics.jsonl", "a") if main else None
+        tb = None
+        if c.train.tensorboard and main:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("train.tensorboard=true needs the tensorboard package (pip install tensorboard)") from None
+            tb = SummaryWriter(str(self.run_dir / "tb"))
+        from tqdm import tqdm
+
+        bar = tqdm(total=c.train.max_steps, initial=self.step, disable=not (c.train.progress and main),
+                   unit="step", dynamic_ncols=True, leave=True)
+        self.model.train()
+        self._callbacks("on_train_start")
+        flops_tok = self.model.flops_per_token(c.data.seq_len)
+        tokens_per_step = c.train.batch_size * c.data.seq_len
+        interval_time, interval_steps = 0.0, 0
+        last_record: dict[str, Any] = {}
+        val_loss = None
+        try:
+            while self.step < c.train.max_steps:
+                t0 = time.perf_counter()
+                out = self.train_step()
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+                interval_time += time.perf_counter() - t0
+                interval_steps += 1
+                s = self.step
+                is_last = s == c.train.max_steps
+                record: dict[str, Any] = {}
+                if s % c.train.log_every == 0 or is_last or s % c.train.eval_every == 0:
+                    tps = interval_steps * tokens_per_step / max(interval_time, 1e-9)
+                    record = {"step": s, "tokens": self.tokens_seen, "loss": out["loss"], "lr": out["lr"],
+                              "grad_norm": out["grad_norm"], "tokens_per_s": tps, "gflops_per_s": tps * flops_tok / 1e9}
+                    if self.model_cfg.moe.enabled:
+                        record["aux_loss"] = out["aux_loss"]
+                    interval_time, interval_steps = 0.0, 0
+                if s % c.train.eval_every == 0 or is_last:
+                    val_loss = self.evaluate()
+                    record["val_loss"] = val_loss
+                    if c.data.tune_batches:
+                        record["tune_loss"] = self.evaluate(c.data.tune_batches, skip_batches=c.data.val_batches)
+                if record:
+                    record["wall_time"] = self.wall_time()
+                    self._callbacks("on_step_end", s, record)
+                    if main:
+                        metrics_f.write(json.dumps(record) + "\n")
+                        metrics_f.flush()
+                        if tb is not None:
+                            for k, v in record.items():
+                                if k != "step" and isinstance(v, (int, float)):
+                                    tb.add_scalar(k, v, s)
+                    last_record = record
+                    bar.set_postfix(loss=f"{out['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
+                bar.update(1)
+                if s % c.train.ckpt_every == 0 or is_last:
+                    self.save()
+        finally:
+            bar.close()
+            if metrics_f:
+                metrics_f.close()
+            if tb is not None:
+                tb.close()
+        self._callbacks("on_train_end")
+        summary = {"completed": True, "step": self.step, "tokens": self.tokens_seen, "final_loss": last_record.get("loss"),
+                   "final_val_loss": val_loss, "wall_time": self.wall_time(),
+                   "params": self.model.num_params(), "non_embedding_params": self.model.num_params(non_embedding=True),
+                   "active_params": self.model.num_params(active=True)}
+        if main:
+            atomic_write_json(self.run_dir / "summary.json", summary)
+        return summary
+
+
+def train(cfg: RunConfig, run_dir: str | os.PathLike, callbacks: list[Any] | None = None) -> dict[str, Any]:
+    """Train a new run (see :class:`Trainer`)."""
+    return Trainer(cfg, run_dir, callbacks=callbacks).run()
+
+
+def resume(run_dir: str | os.PathLike, callbacks: list[Any] | None = None, max_steps: int | None = None) -> dict[str, Any]:
+    """Continue the run in ``run_dir`` from its last good checkpoint (optionally to a new ``max_steps``)."""
+    t = Trainer(None, run_dir, resume=True, callbacks=callbacks)
+    if max_steps is not None:
+        t.cfg.train.max_steps = max_steps
+    return t.run()
