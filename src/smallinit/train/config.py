@@ -323,10 +323,12 @@ def load_config(name_or_path: str | os.PathLike | None = None, overrides: list[s
     d = apply_overrides(d, overrides or [])
     preset = d.get("model", {}).pop("preset", None) if isinstance(d.get("model"), dict) else None
     if preset:
-        try:
-            d["model"] = {**ModelConfig.from_preset(preset).to_dict(), **d["model"]}
-        except ValueError as e:
-            raise ConfigError(f"model.preset: {e}") from None
+        from smallinit.model.config import PRESETS
+
+        if preset not in PRESETS:
+            raise ConfigError(f"model.preset: unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        # the preset's own fields (not derived ones such as n_kv_heads), so overrides re-derive them
+        d["model"] = _merge(PRESETS[preset], d["model"])
     return config_from_dict(d)
 
 
