@@ -1,0 +1,32 @@
+# Two commands do all set-up on a fresh clone:
+#   make demo   — the main job (reproduce --preset demo) on the built-in corpus
+#   make test   — the test suite
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+DATA    := data/stdlib
+DEMO    := out/demo
+
+.PHONY: demo test install bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(VPY) -m pytest -q -p no:cacheprovider
+
+demo: $(STAMP)
+	$(VPY) -m smallinit reproduce --preset demo --out $(DEMO) --corpus $(DATA)
+
+bench: $(STAMP)
+	$(VPY) benchmarks/throughput.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

@@ -1,0 +1,319 @@
+"""Multiple choice by log-likelihood: HellaSwag, ARC-Easy/Challenge, CMMLU and YAML-defined tasks.
+
+Scoring. Each item is a prompt and k continuations; ll_j = log p(continuation_j | prompt) (see
+``LMScorer.loglikelihood``). ``acc`` = mean[argmax_j ll_j == gold]; ``acc_norm`` = mean[argmax_j
+ll_j / bytes_j == gold], bytes_j = length in UTF-8 bytes of continuation_j as scored (including its
+leading space). Ties go to the lowest index. ``*_stderr`` = sqrt(p (1 - p) / (n - 1)).
+
+Few-shot (``shots`` = K > 0, ``with_shots``): K demonstrations "prompt + gold continuation", joined
+by a blank line, are put before the prompt. They are drawn with ``random.Random(1234 + item_index)``
+from the task's few-shot pool (CMMLU's ``dev`` split, a YAML task's ``fewshot_file``) or else from the
+whole file the item comes from, excluding the item itself; the draw is deterministic and does not
+depend on ``limit``. K is capped at the pool size (the metrics record the ``shots`` actually used).
+
+``limit`` keeps the first N items of each file (CMMLU: of each subject, like lm-evaluation-harness's
+subtasks).
+
+Files (under the data directory; prompts follow lm-evaluation-harness):
+
+* ``hellaswag/hellaswag_val.jsonl``: JSON Lines, fields ``activity_label``, ``ctx_a``, ``ctx_b``,
+  ``endings`` (list of 4 strings), ``label`` (index, int or string "0".."3"). Prompt
+  ``"{activity_label}: {ctx_a} {ctx_b.capitalize()}"``, continuations ``" " + ending``, both cleaned
+  as the harness does (" [title]" -> ". ", "[...]" removed, double spaces collapsed).
+* ``arc/arc_easy_val.jsonl``, ``arc/arc_challenge_val.jsonl``: JSON Lines, fields ``question``,
+  ``choices`` = {``text``: [...], ``label``: [...]}, ``answerKey`` (one of the labels).
+  Prompt ``"Question: {question}\\nAnswer:"``, continuations ``" " + text``.
+* ``cmmlu/test/<subject>.csv`` (+ optional ``cmmlu/dev/<subject>.csv`` few-shot pool): CSV with header
+  ``,Question,A,B,C,D,Answer`` (Answer a letter). Prompt ``"{Question}\\nA. {A}\\nB. {B}\\nC. {C}\\nD. {D}\\n答案："``,
+  continuations ``" A"`` .. ``" D"`` (the harness's format; acc_norm equals acc here).
+* A YAML task (any ``*.yaml``/``*.yml`` path given as a task name)::
+
+      name: my_quiz                  # optional; default: the YAML file's stem
+      file: quiz.jsonl               # .jsonl, .json (a list) or .csv; relative to the YAML's folder
+      fewshot_file: quiz_dev.jsonl   # optional few-shot pool; default: the same file minus the item
+      question: "Question: {question}\\nAnswer:"   # str.format template over the record's fields
+      choices: choices               # a field holding a list of strings, or a list of fields [A, B, C, D];
+                                     # dotted paths reach nested fields (choices.text)
+      fixed_choices: [A, B, C, D]    # instead of `choices`: the same continuations for every item
+      choice_prefix: " "             # put before every continuation (default one space)
+      label: answer                  # field with the gold answer: an index (int or "2"), or one of
+      labels: [A, B, C, D]           # `labels` (a list, or a field path such as choices.label), or the
+                                     # text of a choice
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from smallinit.errors import DataError
+from smallinit.eval.data import Row, TaskResult, accuracy_stderr, read_csv, read_jsonl, read_records
+
+FEWSHOT_SEED = 1234
+
+HELLASWAG_FILE = "hellaswag/hellaswag_val.jsonl"
+HELLASWAG_FORMAT = "JSON Lines with fields activity_label, ctx_a, ctx_b, endings (list of strings), label (index)"
+ARC_FILES = {"arc_easy": "arc/arc_easy_val.jsonl", "arc_challenge": "arc/arc_challenge_val.jsonl"}
+ARC_FORMAT = "JSON Lines with fields question, choices {text: [...], label: [...]}, answerKey"
+CMMLU_DIR = "cmmlu"
+CMMLU_FORMAT = "a folder cmmlu/test/ of CSV files with header ',Question,A,B,C,D,Answer' (optional cmmlu/dev/ alike)"
+YAML_FORMAT = "a YAML mapping with keys file, question, choices (or fixed_choices), label [, labels, fewshot_file, name]"
+
+
+@dataclass
+class MCItem:
+    """One multiple-choice question: prompt, scored continuations, index of the right one."""
+
+    prompt: str
+    choices: list[str]
+    gold: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def demonstration(self) -> str:
+        return self.prompt + self.choices[self.gold]
+
+
+# ----------------------------------------------------------------------------- few-shot
+
+
+def fewshot_indices(pool_size: int, k: int, item_index: int, exclude_self: bool) -> list[int]:
+    """K pool indices drawn with ``random.Random(1234 + item_index)``, excluding ``item_index`` when
+    the pool is the evaluated file itself. Capped at the number of candidates."""
+    if k <= 0 or pool_size == 0:
+        return []
+    n_candidates = pool_size - (1 if exclude_self and item_index < pool_size else 0)
+    k = min(k, n_candidates)
+    rng = random.Random(FEWSHOT_SEED + item_index)
+    draw = rng.sample(range(pool_size), min(k + 1, pool_size))
+    if exclude_self:
+        draw = [j for j in draw if j != item_index]
+    return draw[:k]
+
+
+def fewshot_prompt(demos: list[str], prompt: str, sep: str = "\n\n") -> str:
+    """Demonstrations then the prompt, separated by ``sep``."""
+    return sep.join([*demos, prompt])
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def with_shots(
+    items: list[MCItem], shots: int, pool: list[MCItem] | None = None, exclude_self: bool = True
+) -> tuple[list[MCItem], int]:
+    """Items whose prompts carry ``shots`` demonstrations from ``pool`` (default ``items``), and the
+    number of shots used. With ``exclude_self`` the pool is the items' own file, item i sits at
+    index i of it and is never its own example."""
+    pool = items if pool is None else pool
+    out, used = [], 0
+    for i, item in enumerate(items):
+        idx = fewshot_indices(len(pool), shots, i, exclude_self=exclude_self)
+        used = max(used, len(idx))
+        prompt = fewshot_prompt([pool[j].demonstration() for j in idx], item.prompt)
+        out.append(MCItem(prompt, item.choices, item.gold, item.meta))
+    return out, used
+
+
+def score_mc(scorer: Any, name: str, items: list[MCItem], shots: int = 0) -> TaskResult:
+    """acc / acc_norm of ``items`` (prompts as given; ``shots`` is only recorded)."""
+    requests, spans = [], []
+    for item in items:
+        spans.append((len(requests), len(item.choices)))
+        requests += [(item.prompt, c) for c in item.choices]
+    results = scorer.loglikelihood(requests) if requests else []
+    records, correct, correct_norm = [], [], []
+    for i, (item, (start, k)) in enumerate(zip(items, spans)):
+        ll = np.array([results[start + j][0] for j in range(k)], dtype=np.float64)
+        nbytes = np.array([max(len(c.encode("utf-8")), 1) for c in item.choices], dtype=np.float64)
+        pred, pred_norm = int(np.argmax(ll)), int(np.argmax(ll / nbytes))
+        correct.append(pred == item.gold)
+        correct_norm.append(pred_norm == item.gold)
+        records.append(
+            {"index": i, **item.meta, "gold": item.gold, "pred": pred, "pred_norm": pred_norm,
+             "loglikelihoods": ll.tolist(), "correct": pred == item.gold, "correct_norm": pred_norm == item.gold}
+        )
+    return TaskResult(name, _acc_metrics(correct, correct_norm, shots), records)
+
+
+def _acc_metrics(correct: list[bool], correct_norm: list[bool], shots: int) -> dict[str, float]:
+    n = len(correct)
+    acc = float(np.mean(correct)) if n else float("nan")
+    acc_norm = float(np.mean(correct_norm)) if n else float("nan")
+    return {"acc": acc, "acc_stderr": accuracy_stderr(acc, n), "acc_norm": acc_norm,
+            "acc_norm_stderr": accuracy_stderr(acc_norm, n), "n": n, "shots": shots}
+
+
+# ----------------------------------------------------------------------------- HellaSwag
+
+
+def _hellaswag_clean(text: str) -> str:
+    """lm-evaluation-harness's HellaSwag preprocessing."""
+    text = text.strip().replace(" [title]", ". ")
+    text = re.sub(r"\[.*?\]", "", text)
+    return text.replace("  ", " ")
+
+
+def _index(value: Any, n: int, row: Row, fmt: str) -> int:
+    try:
+        i = int(value)
+    except (TypeError, ValueError):
+        raise DataError(f"{row.where}: label {value!r} is not an index; expected {fmt}") from None
+    if not 0 <= i < n:
+        raise DataError(f"{row.where}: label {i} out of range for {n} choices; expected {fmt}")
+    return i
+
+
+def load_hellaswag(path: Path, limit: int | None = None) -> list[MCItem]:
+    items = []
+    for row in read_jsonl(path, HELLASWAG_FORMAT, limit):
+        g = lambda k: row.get(k, HELLASWAG_FORMAT)  # noqa: E731
+        ctx = g("ctx_a") + " " + str(g("ctx_b")).capitalize()
+        endings = g("endings")
+        if not isinstance(endings, list) or not endings:
+            raise DataError(f"{row.where}: 'endings' must be a non-empty list; expected {HELLASWAG_FORMAT}")
+        items.append(MCItem(_hellaswag_clean(f"{g('activity_label')}: {ctx}"),
+                            [" " + _hellaswag_clean(e) for e in endings],
+                            _index(g("label"), len(endings), row, HELLASWAG_FORMAT)))
+    return items
+
+
+# ----------------------------------------------------------------------------- ARC
+
+
+def load_arc(path: Path, limit: int | None = None) -> list[MCItem]:
+    items = []
+    for row in read_jsonl(path, ARC_FORMAT, limit):
+        texts, labels = row.get("choices.text", ARC_FORMAT), row.get("choices.label", ARC_FORMAT)
+        key = row.get("answerKey", ARC_FORMAT)
+        if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels) or not texts:
+            raise DataError(f"{row.where}: choices.text and choices.label must be lists of equal length; expected {ARC_FORMAT}")
+        if key not in labels:
+            raise DataError(f"{row.where}: answerKey {key!r} not among labels {labels}; expected {ARC_FORMAT}")
+        meta = {"id": row.data["id"]} if "id" in row.data else {}
+        items.append(MCItem(f"Question: {row.get('question', ARC_FORMAT)}\nAnswer:", [" " + t for t in texts],
+                            labels.index(key), meta))
+    return items
+
+
+# ----------------------------------------------------------------------------- CMMLU
+
+_LETTERS = ["A", "B", "C", "D"]
+
+
+def load_cmmlu_file(path: Path, limit: int | None = None) -> list[MCItem]:
+    items = []
+    for row in read_csv(path, CMMLU_FORMAT, required=("Question", "A", "B", "C", "D", "Answer"), limit=limit):
+        d = row.data
+        ans = d["Answer"].strip()
+        if ans not in _LETTERS:
+            raise DataError(f"{row.where}: Answer {ans!r} is not one of A-D; expected {CMMLU_FORMAT}")
+        prompt = f"{d['Question'].strip()}\nA. {d['A']}\nB. {d['B']}\nC. {d['C']}\nD. {d['D']}\n答案："
+        items.append(MCItem(prompt, [" " + x for x in _LETTERS], _LETTERS.index(ans), {"subject": path.stem}))
+    return items
+
+
+def load_cmmlu(root: Path, limit: int | None = None) -> dict[str, tuple[list[MCItem], list[MCItem] | None]]:
+    """{subject: (test items, dev items or None)} from ``root/test/*.csv`` (the first ``limit`` of
+    each) and ``root/dev/*.csv``."""
+    test_dir = Path(root) / "test"
+    files = sorted(test_dir.glob("*.csv")) if test_dir.is_dir() else []
+    if not files:
+        raise DataError(f"{test_dir}: no CSV files; expected {CMMLU_FORMAT}")
+    out = {}
+    for f in files:
+        dev = Path(root) / "dev" / f.name
+        out[f.stem] = (load_cmmlu_file(f, limit), load_cmmlu_file(dev) if dev.is_file() else None)
+    return out
+
+
+# ----------------------------------------------------------------------------- YAML tasks
+
+
+@dataclass
+class YamlMCTask:
+    """A multiple-choice task defined by a YAML file (format in the module docstring)."""
+
+    name: str
+    file: Path
+    question: str
+    choices: str | list[str] | None
+    label: str
+    fixed_choices: list[str] | None = None
+    labels: str | list[str] | None = None
+    choice_prefix: str = " "
+    fewshot_file: Path | None = None
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> "YamlMCTask":
+        import yaml
+
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"{path}: file not found; expected {YAML_FORMAT}")
+        try:
+            spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise DataError(f"{path}: malformed YAML ({e}); expected {YAML_FORMAT}") from None
+        if not isinstance(spec, dict):
+            raise DataError(f"{path}: expected a YAML mapping; expected {YAML_FORMAT}")
+        known = {"name", "file", "fewshot_file", "question", "choices", "fixed_choices", "choice_prefix", "label", "labels"}
+        unknown = sorted(set(spec) - known)
+        if unknown:
+            raise DataError(f"{path}: unknown key(s) {', '.join(unknown)}; expected {YAML_FORMAT}")
+        for key in ("file", "question", "label"):
+            if not spec.get(key):
+                raise DataError(f"{path}: missing key '{key}'; expected {YAML_FORMAT}")
+        if ("choices" in spec) == ("fixed_choices" in spec):
+            raise DataError(f"{path}: give exactly one of 'choices' and 'fixed_choices'; expected {YAML_FORMAT}")
+
+        def rel(p: str | None) -> Path | None:
+            return None if p is None else (Path(p) if Path(p).is_absolute() else path.parent / p)
+
+        return cls(name=str(spec.get("name") or path.stem), file=rel(spec["file"]), question=str(spec["question"]),
+                   choices=spec.get("choices"), label=str(spec["label"]), fixed_choices=spec.get("fixed_choices"),
+                   labels=spec.get("labels"), choice_prefix=str(spec.get("choice_prefix", " ")),
+                   fewshot_file=rel(spec.get("fewshot_file")))
+
+    @property
+    def fmt(self) -> str:
+        return f"records with the fields named by task '{self.name}' (question template, choices, label)"
+
+    def item(self, row: Row) -> MCItem:
+        fmt = self.fmt
+        try:
+            prompt = self.question.format_map(row.data)
+        except (KeyError, IndexError) as e:
+            raise DataError(f"{row.where}: question template names field {e} which the record lacks; expected {fmt}") from None
+        if self.fixed_choices is not None:
+            texts = [str(c) for c in self.fixed_choices]
+        elif isinstance(self.choices, list):
+            texts = [str(row.get(c, fmt)) for c in self.choices]
+        else:
+            texts = row.get(str(self.choices), fmt)
+            if not isinstance(texts, list) or not texts:
+                raise DataError(f"{row.where}: field '{self.choices}' is not a non-empty list; expected {fmt}")
+            texts = [str(t) for t in texts]
+        value = row.get(self.label, fmt)
+        labels = self.labels
+        if isinstance(labels, str):
+            labels = row.get(labels, fmt)
+        gold: int | None = None
+        if labels is not None and str(value) in [str(x) for x in labels]:
+            gold = [str(x) for x in labels].index(str(value))
+        elif isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+            gold = int(value)
+        elif str(value) in texts:
+            gold = texts.index(str(value))
+        if gold is None or not 0 <= gold < len(texts):
+            raise DataError(f"{row.where}: label {value!r} matches no choice of {len(texts)}; expected {fmt}")
+        return MCItem(prompt, [self.choice_prefix + t for t in texts], gold)
+
+    def load(self) -> tuple[list[MCItem], list[MCItem] | None]:
+        items = [self.item(r) for r in read_records(self.file, self.fmt)]
+        pool = [self.item(r) for r in read_records(self.fewshot_file, self.fmt)] if self.fewshot_file else None
+        return items, pool
