@@ -1,0 +1,232 @@
+"""Scaling-law fit and effective model size (DESIGN.md §2).
+
+The baseline family's final validation losses L at sizes N (non-embedding parameters) are fitted
+with
+
+    L(N) = E + A · N^(−α),      E >= 0, A > 0, 0 < α <= 3,
+
+by bounded least squares. A variant of size N with loss L_v is then worth the baseline size
+
+    N_eff = (A / (L_v − E))^(1/α),      gain = N_eff / N − 1,
+
+defined only when L_v > E (the baseline law never reaches a loss at or below E).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from smallinit.errors import SmallinitError
+
+__all__ = ["ScalingError", "ScalingFit", "EffectiveSize", "fit_scaling_law", "predict", "effective_size"]
+
+ALPHA_MAX = 3.0
+ALPHA_MIN = 1e-6
+_ALPHA_GRID = np.linspace(0.005, ALPHA_MAX, 600)
+
+
+class ScalingError(SmallinitError, ValueError):
+    """A scaling-law fit cannot be made from the given points (too few sizes, bad values)."""
+
+
+@dataclass(frozen=True)
+class ScalingFit:
+    """L(N) = E + A·N^(−α) fitted to ``n_points`` (N, L) points.
+
+    residuals: L_i − L(N_i) per point, in input order. r2: 1 − SS_res/SS_tot (NaN when all L are
+    equal). n_sizes: distinct N; with exactly 3 the fit interpolates (residuals ~ 0, no check of
+    the functional form). N_range, L_range: (min, max) of the fitted data.
+    """
+
+    E: float
+    A: float
+    alpha: float
+    residuals: list[float]
+    r2: float
+    n_points: int
+    n_sizes: int
+    N_range: tuple[float, float]
+    L_range: tuple[float, float]
+
+    @property
+    def rmse(self) -> float:
+        """Root-mean-square residual."""
+        return float(np.sqrt(np.mean(np.square(self.residuals))))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict (non-finite numbers become None)."""
+        d = asdict(self)
+        d["N_range"], d["L_range"] = list(self.N_range), list(self.L_range)
+        d["rmse"] = self.rmse
+        d["r2"] = self.r2 if math.isfinite(self.r2) else None
+        d["formula"] = "L(N) = E + A * N^(-alpha)"
+        return d
+
+
+@dataclass(frozen=True)
+class EffectiveSize:
+    """Effective baseline size of a variant: N_eff = (A/(L_v − E))^(1/α), gain = N_eff/N − 1.
+
+    N_eff and gain are None when undefined (L_v <= E, or N_eff beyond float range); ``note`` then
+    says why in words. ``extrapolated`` is True when N_eff (or the variant's loss) lies outside the
+    range the law was fitted on.
+    """
+
+    N: float
+    L_variant: float
+    N_eff: float | None
+    gain: float | None
+    extrapolated: bool
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict."""
+        return asdict(self)
+
+
+def predict(fit: ScalingFit, N: Any) -> Any:
+    """L(N) = E + A·N^(−α) for a scalar (returns float) or an array of sizes (returns ndarray)."""
+    n = np.asarray(N, dtype=np.float64)
+    out = fit.E + np.exp(math.log(fit.A) - fit.alpha * np.log(n))
+    return float(out) if out.ndim == 0 else out
+
+
+def _check_points(N: Any, L: Any) -> tuple[np.ndarray, np.ndarray]:
+    n = np.asarray(N, dtype=np.float64).reshape(-1)
+    loss = np.asarray(L, dtype=np.float64).reshape(-1)
+    if n.size != loss.size:
+        raise ScalingError(f"scaling fit: {n.size} sizes but {loss.size} losses")
+    if not (np.isfinite(n).all() and np.isfinite(loss).all()):
+        raise ScalingError("scaling fit: sizes and losses must be finite numbers")
+    if (n <= 0).any():
+        raise ScalingError("scaling fit: model sizes N must be positive")
+    n_sizes = np.unique(n).size
+    if n_sizes < 3:
+        raise ScalingError(
+            f"scaling fit needs baseline runs at >= 3 distinct sizes to determine E, A and alpha; got {n_sizes}"
+        )
+    return n, loss
+
+
+def _grid_start(u: np.ndarray, loss: np.ndarray) -> tuple[float, float, float]:
+    """Start point (E, B, α) for L ≈ E + B·exp(−α·u): the best α on a grid, with (E, B) solved.
+
+    For each grid α the model is linear in (E, B): ordinary least squares, and where that breaks
+    E >= 0 or B >= 0 the better of the two boundary solutions (E = 0, B = <x,L>/<x,x>) and
+    (B = 0, E = mean L). All grid points are solved at once (vectorised).
+    """
+    a = _ALPHA_GRID[:, None]
+    X = np.exp(-a * u[None, :])  # (G, n)
+    xm = X.mean(axis=1)
+    lm = float(loss.mean())
+    xc = X - xm[:, None]
+    B = (xc @ (loss - lm)) / np.maximum(np.sum(xc**2, axis=1), 1e-300)
+    E = lm - B * xm
+    cands_E = np.stack([E, np.zeros_like(E), np.full_like(E, max(lm, 0.0))])
+    cands_B = np.stack([B, np.maximum((X @ loss) / np.sum(X**2, axis=1), 0.0), np.zeros_like(B)])
+    sse = np.sum((cands_E[..., None] + cands_B[..., None] * X[None] - loss) ** 2, axis=-1)  # (3, G)
+    sse[0, (E < 0) | (B < 0)] = np.inf
+    c, g = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    return float(cands_E[c, g]), float(cands_B[c, g]), float(_ALPHA_GRID[g])
+
+
+def fit_scaling_law(N: Any, L: Any) -> ScalingFit:
+    """Fit L(N) = E + A·N^(−α) by bounded least squares (DESIGN.md §2, "Effective model size").
+
+    Bounds: E >= 0, A > 0, α in (0, 3]. For conditioning the model is fitted as
+    L = E + B·exp(−α·(ln N − ln N0)) with N0 the geometric mean of the sizes (then A = B·N0^α):
+    a grid over α with the linear least-squares E, B at each α gives the start point, which
+    ``scipy.optimize.least_squares`` (trust-region reflective, bounded) then refines.
+    Several runs at the same size are allowed (e.g. seeds); at least 3 distinct sizes are needed.
+
+    Raises:
+        ScalingError: fewer than 3 distinct sizes, mismatched lengths, non-finite or non-positive values.
+    """
+    from scipy.optimize import least_squares
+
+    n, loss = _check_points(N, L)
+    u = np.log(n) - np.log(n).mean()  # ln(N / N0)
+
+    # 1. start point: grid over alpha, linear solve for (E, B)
+    E0, B0, a0 = _grid_start(u, loss)
+    scale = max(float(np.abs(loss).max()), 1e-12)
+    B0 = max(B0, 1e-9 * scale)
+
+    # 2. refine with bounded least squares
+    def resid(p: np.ndarray) -> np.ndarray:
+        E, B, a = p
+        return E + B * np.exp(-a * u) - loss
+
+    def jac(p: np.ndarray) -> np.ndarray:
+        E, B, a = p
+        x = np.exp(-a * u)
+        return np.stack([np.ones_like(u), x, -B * u * x], axis=1)
+
+    lb = np.array([0.0, 1e-12 * scale, ALPHA_MIN])
+    ub = np.array([np.inf, np.inf, ALPHA_MAX])
+    x0 = np.clip(np.array([E0, B0, a0]), lb, ub)
+    sol = least_squares(resid, x0, jac=jac, bounds=(lb, ub), method="trf", x_scale="jac",
+                        ftol=1e-14, xtol=1e-14, gtol=1e-14, max_nfev=10_000)
+    p = sol.x if 0.5 * np.sum(resid(sol.x) ** 2) <= 0.5 * np.sum(resid(x0) ** 2) else x0
+    E, B, alpha = (float(v) for v in p)
+    A = float(B * np.exp(alpha * np.log(n).mean()))
+
+    res = -resid(p)  # L_i − L(N_i)
+    ss_tot = float(np.sum((loss - loss.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(res**2)) / ss_tot if ss_tot > 0 else float("nan")
+    return ScalingFit(
+        E=E,
+        A=A,
+        alpha=alpha,
+        residuals=[float(r) for r in res],
+        r2=r2,
+        n_points=int(n.size),
+        n_sizes=int(np.unique(n).size),
+        N_range=(float(n.min()), float(n.max())),
+        L_range=(float(loss.min()), float(loss.max())),
+    )
+
+
+def effective_size(fit: ScalingFit, N: float, L_variant: float) -> EffectiveSize:
+    """Effective baseline size of a variant of size N with loss L_variant (DESIGN.md §2).
+
+    N_eff = (A / (L_v − E))^(1/α) — the baseline size whose fitted loss equals L_v — and
+    gain = N_eff / N − 1 (0.44 = "worth 44% more parameters"). Computed in log space,
+    ln N_eff = (ln A − ln(L_v − E)) / α. When L_v <= E no baseline size reaches that loss: N_eff and
+    gain are None and ``note`` says so. ``extrapolated`` flags N_eff outside the fitted size range.
+    """
+    N = float(N)
+    L_v = float(L_variant)
+    if not (math.isfinite(N) and N > 0):
+        raise ScalingError(f"variant size must be a positive number, got {N}")
+    if not math.isfinite(L_v):
+        raise ScalingError(f"variant loss must be a finite number, got {L_v}")
+    lo, hi = fit.N_range
+    if L_v <= fit.E:
+        note = (
+            f"variant loss {L_v:.4g} is at or below the fitted irreducible loss E = {fit.E:.4g}: "
+            "the baseline law reaches it at no size, so the effective size is undefined"
+        )
+        return EffectiveSize(N=N, L_variant=L_v, N_eff=None, gain=None, extrapolated=True, note=note)
+    log_neff = (math.log(fit.A) - math.log(L_v - fit.E)) / fit.alpha
+    if log_neff > 700.0:  # exp would overflow a float
+        note = (
+            f"variant loss {L_v:.4g} is barely above the fitted E = {fit.E:.4g}: "
+            f"the effective size would be about 10^{log_neff / math.log(10):.0f} parameters, beyond any meaning"
+        )
+        return EffectiveSize(N=N, L_variant=L_v, N_eff=None, gain=None, extrapolated=True, note=note)
+    n_eff = math.exp(log_neff)
+    gain = n_eff / N - 1.0
+    extrapolated = not (lo <= n_eff <= hi)
+    if extrapolated:
+        note = (
+            f"N_eff = {n_eff:.4g} lies outside the fitted size range [{lo:.4g}, {hi:.4g}] "
+            "(extrapolated from the law; treat with caution)"
+        )
+    else:
+        note = f"N_eff = {n_eff:.4g} lies within the fitted size range [{lo:.4g}, {hi:.4g}]"
+    return EffectiveSize(N=N, L_variant=L_v, N_eff=n_eff, gain=gain, extrapolated=extrapolated, note=note)
