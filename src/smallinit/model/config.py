@@ -134,8 +134,10 @@ class ModelConfig:
                 bad("moe.every", f"must be >= 1, got {m.every}")
             if m.router not in ROUTERS:
                 bad("moe.router", f"unknown router {m.router!r}; choose one of {', '.join(ROUTERS)}")
-            if m.aux_loss_coef < 0 or m.z_loss_coef < 0:
-                bad("moe.aux_loss_coef", "loss coefficients must be >= 0")
+            for name in ("aux_loss_coef", "z_loss_coef"):
+                v = getattr(m, name)
+                if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                    bad(f"moe.{name}", f"must be a finite number >= 0, got {v!r}")
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether block ``layer`` (0-based) uses the MoE feed-forward."""
@@ -180,6 +182,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # CPU-sized
     "tiny": dict(vocab_size=8192, d_model=128, n_layers=4, n_heads=4, d_ff=384, max_seq_len=256, tie_embeddings=True),
     "small": dict(vocab_size=8192, d_model=384, n_layers=6, n_heads=6, d_ff=1024, max_seq_len=256, tie_embeddings=True),
+    # small-moe: 8 SwiGLU experts of width 512, top-2, in every block: the active FFN width 2·512 equals
+    # small's d_ff = 1024, so active parameters = small's + the routers (6·384·8); 35.9M total, 14.67M active.
     "small-moe": dict(vocab_size=8192, d_model=384, n_layers=6, n_heads=6, d_ff=1024, max_seq_len=256, tie_embeddings=True,
                       moe=dict(n_experts=8, top_k=2, n_shared_experts=0, d_expert=512, every=1)),
     # Paper-sized (for GPU users; total parameter counts within 10% of the names, gate included)
@@ -187,6 +191,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "0.3b": dict(vocab_size=32768, d_model=1024, n_layers=18, n_heads=16, n_kv_heads=8, d_ff=2816, max_seq_len=2048),
     "0.7b": dict(vocab_size=32768, d_model=1536, n_layers=22, n_heads=16, n_kv_heads=8, d_ff=4096, max_seq_len=2048),
     "1.5b": dict(vocab_size=32768, d_model=2048, n_layers=26, n_heads=16, n_kv_heads=8, d_ff=5632, max_seq_len=2048),
+    # 0.5b-moe: 16 routed experts + 1 shared of width 448, top-2, every block: 0.51B total, 0.20B active
+    # (0.13B active non-embedding). d_ff applies to dense blocks only (none here with every=1).
     "0.5b-moe": dict(vocab_size=32768, d_model=1024, n_layers=16, n_heads=16, n_kv_heads=8, d_ff=2816, max_seq_len=2048,
-                     moe=dict(n_experts=16, top_k=2, n_shared_experts=1, d_expert=704, every=1)),
+                     moe=dict(n_experts=16, top_k=2, n_shared_experts=1, d_expert=448, every=1)),
 }

@@ -63,8 +63,8 @@ class Transformer(nn.Module):
         if c.init_depth_scale:
             depth_gamma_std = {}  # std = fan_in^(-γ) / sqrt(2L) on each block's output projections
             for name, p in self.named_parameters():
-                if name.endswith(("attn.w_o.weight", "mlp.w_down.weight")):
-                    depth_gamma_std[name] = {"std": p.shape[1] ** (-c.gamma) / math.sqrt(2 * c.n_layers)}
+                if name.endswith(("attn.w_o.weight", "mlp.w_down.weight", "mlp.w_down", "mlp.shared.w_down.weight")):
+                    depth_gamma_std[name] = {"std": p.shape[-2 if p.ndim == 3 else 1] ** (-c.gamma) / math.sqrt(2 * c.n_layers)}
             overrides = {**overrides, **{k: v for k, v in depth_gamma_std.items() if k not in overrides}}
         report = gamma_init(self, c.gamma, overrides, generator=generator)
         self.rope.__init__(c.head_dim, c.max_seq_len, c.rope_theta)  # recompute tables (meta-safe)
