@@ -1,0 +1,32 @@
+"""``smallinit export RUN_DIR --to hf OUT_DIR [--ckpt STEP]``: a checkpoint as a Hugging Face folder.
+
+Dense RMSNorm models without the attention gate become a ``LlamaForCausalLM`` folder that
+``transformers`` loads offline; gated models are written in a documented layout with the gate folded
+into ``q_proj`` the way Qwen3-Next does it (no ``transformers`` class computes them: see
+``smallinit.eval.hf``); LayerNorm and MoE models are refused. The folder is assembled under a
+temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "export a checkpoint to a Hugging Face folder (LlamaForCausalLM, or a documented gated layout)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (latest good checkpoint) or checkpoint directory")
+    p.add_argument("--to", choices=("hf",), default="hf", help="output format (only hf: Hugging Face transformers)")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="folder to create")
+    p.add_argument("--ckpt", type=int, default=None, metavar="STEP", help="checkpoint step (default: the latest good one)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                   help="weight dtype in model.safetensors (default float32)")
+    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+
+
+def run(args: argparse.Namespace) -> int:
+    from smallinit.eval.hf import export_hf
+
+    out = export_hf(args.run_dir, args.out_dir, step=args.ckpt, dtype=args.dtype, force=args.force)
+    print(f"exported {args.run_dir} -> {out}")
+    return 0

@@ -1,0 +1,523 @@
+"""Hugging Face interoperability: export a run to a ``transformers`` folder, import a Llama checkpoint.
+
+Export (``export_hf``). A dense RMSNorm model **without** the attention gate is exactly a Llama
+(pre-norm, RoPE in the ``rotate_half`` layout, SwiGLU, RMSNorm in float32, optional GQA and tied
+embeddings), so it becomes a ``LlamaForCausalLM`` folder that ``transformers`` loads offline:
+
+    config.json              LlamaConfig: rms_norm_eps = our norm_eps exactly (1e-12 stays 1e-12),
+                             rope_theta, num_key_value_heads, tie_word_embeddings, bos/eos ids, ...
+    model.safetensors        HF tensor names; our fused matrices split (below)
+    generation_config.json   bos/eos ids
+    tokenizer.json           the run's tokenizer, unchanged
+    tokenizer_config.json    PreTrainedTokenizerFast, bos/eos = <|endoftext|> (no BOS added on encode)
+    special_tokens_map.json
+    README.md                provenance (run, step, γ, ε) and the tensor layout
+
+Tensor names (ours -> Llama), block i:
+
+    tok_emb.weight                     model.embed_tokens.weight
+    blocks.i.attn_norm.weight          model.layers.i.input_layernorm.weight
+    blocks.i.attn.w_qkvg.weight        rows [q (H·hd) | k (Hkv·hd) | v (Hkv·hd)] -> self_attn.{q,k,v}_proj.weight
+    blocks.i.attn.w_o.weight           model.layers.i.self_attn.o_proj.weight
+    blocks.i.mlp_norm.weight           model.layers.i.post_attention_layernorm.weight
+    blocks.i.mlp.w_gate_up.weight      rows [gate (d_ff) | up (d_ff)] -> mlp.{gate,up}_proj.weight
+    blocks.i.mlp.w_down.weight         model.layers.i.mlp.down_proj.weight
+    norm_f.weight                      model.norm.weight
+    lm_head.weight                     lm_head.weight (absent when tied)
+
+Q and K need no permutation: our RoPE already pairs channel j with j + hd/2 (HF's ``rotate_half``).
+
+Gated models (``gate`` = headwise / elementwise). Qwen3-Next's gated attention folds the output gate
+into ``q_proj`` (per head: hd query rows, then hd gate rows; output ⊙ sigmoid(gate) before ``o_proj``),
+but its attention also applies a per-head RMSNorm to q and k (``q_norm``/``k_norm``) before RoPE, which
+our model does not have and which no choice of weights turns into the identity (it normalizes every
+head vector to RMS 1). So ``Qwen3NextForCausalLM`` cannot hold our model faithfully, and neither can
+any other ``transformers`` class. Gated models are exported in a **documented layout**
+(``"architectures": ["SmallinitForCausalLM"]``, ``"model_type": "smallinit"``): the Llama names above,
+except that ``q_proj`` carries the gate the Qwen3-Next way, interleaved per head::
+
+    q_proj.weight  shape (H·(hd + g), d):  for h in 0..H-1:  [ q rows of head h (hd) ; gate rows of head h (g) ]
+    g = hd (elementwise: one gate per channel)  or  1 (headwise: one scalar per head)
+    attention output of head h (hd channels) *= sigmoid(x · gate_rows_hᵀ), then o_proj
+
+``config.json`` then also carries ``"attn_output_gate": true``, ``"gate": mode`` and ``"smallinit"`` (our
+full ModelConfig). ``transformers`` cannot load it (unknown model_type); ``import_hf`` can, and the folder's
+README.md states the layout for anyone writing a loader. LayerNorm and MoE models are refused.
+
+Import (``import_hf``). A local Llama folder (config.json, model.safetensors or sharded
+``model-*.safetensors`` + index, tokenizer.json) or a SmallinitForCausalLM export becomes a run
+directory: ``config.yaml`` (a full RunConfig), ``tokenizer.json``, ``hf_config.json`` (the source's
+config.json, for provenance and the bos/eos ids of a later export) and ``checkpoints/step_00000000`` with
+empty optimizer state. Only what our model computes exactly is accepted: ``hidden_act = silu``, no
+attention/MLP biases, default RoPE (no ``rope_scaling``), ``head_dim = hidden_size / num_heads``.
+Weights are stored as float32 (as our checkpoints are). ``model.gamma`` of an imported run is the config
+default and means nothing for weights that were not drawn by us.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from smallinit.errors import CheckpointError, ConfigError
+from smallinit.model.config import ModelConfig
+
+LLAMA_ARCH = "LlamaForCausalLM"
+GATED_ARCH = "SmallinitForCausalLM"
+GATED_MODEL_TYPE = "smallinit"
+EOT_TOKEN = "<|endoftext|>"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+SAFE_WEIGHTS = "model.safetensors"
+SAFE_INDEX = "model.safetensors.index.json"
+
+
+# ----------------------------------------------------------------------------- config mapping
+
+
+def check_exportable(cfg: ModelConfig) -> str:
+    """The export layout of ``cfg``: "llama" (dense, RMSNorm, no gate) or "gated"; ConfigError for the rest."""
+    if cfg.norm != "rmsnorm":
+        raise ConfigError(f"cannot export a model with norm={cfg.norm!r} to Hugging Face: Llama (and every "
+                          "layout we export) uses RMSNorm; only norm=rmsnorm models are exportable")
+    if cfg.moe.enabled:
+        raise ConfigError(f"cannot export a Mixture-of-Experts model (moe.n_experts={cfg.moe.n_experts}) to "
+                          "Hugging Face: Llama is dense and no transformers MoE class matches our router; "
+                          "only dense models are exportable")
+    return "llama" if cfg.gate == "none" else "gated"
+
+
+def hf_config_dict(cfg: ModelConfig, bos_id: int | None, eos_id: int | None, dtype: str = "float32") -> dict[str, Any]:
+    """config.json for ``cfg``: a LlamaConfig, or the SmallinitForCausalLM layout when the model is gated.
+
+    Written for both transformers 4 (``rope_theta``, ``rope_scaling``, ``torch_dtype``) and 5
+    (``rope_parameters``). ``rms_norm_eps`` is ``cfg.norm_eps`` exactly.
+    """
+    layout = check_exportable(cfg)
+    d: dict[str, Any] = {
+        "architectures": [LLAMA_ARCH if layout == "llama" else GATED_ARCH],
+        "model_type": "llama" if layout == "llama" else GATED_MODEL_TYPE,
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.d_ff,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": cfg.max_seq_len,
+        "rms_norm_eps": float(cfg.norm_eps),
+        "rope_theta": float(cfg.rope_theta),
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": float(cfg.rope_theta)},
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "pretraining_tp": 1,
+        "tie_word_embeddings": bool(cfg.tie_embeddings),
+        "bos_token_id": bos_id,
+        "eos_token_id": eos_id,
+        "use_cache": True,
+        "torch_dtype": dtype,
+    }
+    if layout == "gated":
+        d["attn_output_gate"] = True
+        d["gate"] = cfg.gate
+        d["gate_layout"] = "qwen3_next_interleaved"  # per head: [hd query rows ; g gate rows] in q_proj
+        d["smallinit"] = cfg.to_dict()
+    return d
+
+
+def _get(hf: dict[str, Any], key: str, default: Any = None) -> Any:
+    v = hf.get(key, default)
+    return default if v is None else v
+
+
+def model_config_from_hf(hf: dict[str, Any], max_seq_len: int | None = None) -> ModelConfig:
+    """Our ModelConfig for a Llama (or SmallinitForCausalLM) config.json dict; ConfigError naming any
+    setting our model cannot compute exactly."""
+    archs = hf.get("architectures") or []
+    model_type = hf.get("model_type")
+    if GATED_ARCH in archs or model_type == GATED_MODEL_TYPE:
+        if not isinstance(hf.get("smallinit"), dict):
+            raise ConfigError("config.json: SmallinitForCausalLM layout without its 'smallinit' model config")
+        d = dict(hf["smallinit"])
+        if max_seq_len is not None:
+            d["max_seq_len"] = max_seq_len
+        try:
+            return ModelConfig.from_dict(d)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"config.json: invalid 'smallinit' model config ({e})") from None
+    if LLAMA_ARCH not in archs and model_type != "llama":
+        raise ConfigError(f"config.json: architecture {archs or model_type!r} is not supported; import-hf reads "
+                          f"Llama checkpoints (model_type 'llama', {LLAMA_ARCH}) and {GATED_ARCH} exports")
+    act = _get(hf, "hidden_act", "silu")
+    if act != "silu":
+        raise ConfigError(f"config.json: hidden_act={act!r} is not supported (our MLP is SwiGLU with silu)")
+    for key in ("attention_bias", "mlp_bias"):
+        if hf.get(key):
+            raise ConfigError(f"config.json: {key}=true is not supported (our projections have no bias)")
+    if hf.get("rope_scaling") is not None:
+        raise ConfigError(f"config.json: rope_scaling={hf['rope_scaling']!r} is not supported (plain RoPE only)")
+    rp = hf.get("rope_parameters")
+    theta = hf.get("rope_theta")
+    if isinstance(rp, dict):
+        if rp.get("rope_type", "default") != "default" or set(rp) - {"rope_type", "rope_theta"}:
+            raise ConfigError(f"config.json: rope_parameters={rp!r} is not supported (plain RoPE only)")
+        theta = rp.get("rope_theta", theta)
+    elif rp is not None:
+        raise ConfigError(f"config.json: rope_parameters={rp!r} is not supported (plain RoPE only)")
+    if hf.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ConfigError("config.json: partial_rotary_factor != 1 is not supported (RoPE on every channel)")
+    try:
+        d_model, n_heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
+        fields = dict(
+            vocab_size=int(hf["vocab_size"]), d_model=d_model, n_layers=int(hf["num_hidden_layers"]), n_heads=n_heads,
+            n_kv_heads=int(_get(hf, "num_key_value_heads", n_heads)), d_ff=int(hf["intermediate_size"]),
+            max_seq_len=int(max_seq_len or _get(hf, "max_position_embeddings", 2048)),
+            rope_theta=float(theta if theta is not None else 10000.0), norm="rmsnorm",
+            norm_eps=float(_get(hf, "rms_norm_eps", 1e-6)), gate="none",
+            tie_embeddings=bool(_get(hf, "tie_word_embeddings", False)))
+    except KeyError as e:
+        raise ConfigError(f"config.json: missing field {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config.json: bad value ({e})") from None
+    head_dim = hf.get("head_dim")
+    if head_dim is not None and int(head_dim) * n_heads != d_model:
+        raise ConfigError(f"config.json: head_dim={head_dim} but hidden_size/num_attention_heads = "
+                          f"{d_model / n_heads:g}; our attention needs head_dim = hidden_size / num_heads")
+    try:
+        return ModelConfig(**fields)
+    except ValueError as e:
+        raise ConfigError(f"config.json maps to an invalid model: {e}") from None
+
+
+# ----------------------------------------------------------------------------- tensor mapping
+
+
+def _gate_rows(cfg: ModelConfig) -> int:
+    """Gate rows per head in the folded q_proj: hd (elementwise), 1 (headwise), 0 (none)."""
+    return {"none": 0, "headwise": 1, "elementwise": cfg.head_dim}[cfg.gate]
+
+
+def fold_gate(q: torch.Tensor, gate: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Qwen3-Next q_proj from our q (H·hd, d) and gate (H·g, d): per head [q_h ; gate_h], shape (H·(hd+g), d)."""
+    d = q.shape[1]
+    return torch.cat([q.reshape(n_heads, -1, d), gate.reshape(n_heads, -1, d)], dim=1).reshape(-1, d)
+
+
+def unfold_gate(q_proj: torch.Tensor, n_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`fold_gate`: (q (H·hd, d), gate (H·g, d))."""
+    d = q_proj.shape[1]
+    per_head = q_proj.reshape(n_heads, -1, d)
+    return per_head[:, :head_dim].reshape(-1, d), per_head[:, head_dim:].reshape(-1, d)
+
+
+def to_hf_state_dict(tensors: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Our tensors (``lm_head.weight`` optional when tied) -> HF names (module docstring), fused matrices split."""
+    check_exportable(cfg)
+    H, hd, kv = cfg.n_heads, cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    g = _gate_rows(cfg) * H
+    out = {"model.embed_tokens.weight": tensors["tok_emb.weight"], "model.norm.weight": tensors["norm_f.weight"]}
+    for i in range(cfg.n_layers):
+        src, dst = f"blocks.{i}.", f"model.layers.{i}."
+        q, k, v, gate = tensors[src + "attn.w_qkvg.weight"].split([H * hd, kv, kv, g], dim=0)
+        out[dst + "self_attn.q_proj.weight"] = fold_gate(q, gate, H) if g else q
+        out[dst + "self_attn.k_proj.weight"] = k
+        out[dst + "self_attn.v_proj.weight"] = v
+        out[dst + "self_attn.o_proj.weight"] = tensors[src + "attn.w_o.weight"]
+        gate_p, up = tensors[src + "mlp.w_gate_up.weight"].split([cfg.d_ff, cfg.d_ff], dim=0)
+        out[dst + "mlp.gate_proj.weight"] = gate_p
+        out[dst + "mlp.up_proj.weight"] = up
+        out[dst + "mlp.down_proj.weight"] = tensors[src + "mlp.w_down.weight"]
+        out[dst + "input_layernorm.weight"] = tensors[src + "attn_norm.weight"]
+        out[dst + "post_attention_layernorm.weight"] = tensors[src + "mlp_norm.weight"]
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = tensors["lm_head.weight"]
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Expected HF tensor names and shapes for ``cfg`` (``lm_head.weight`` only when untied)."""
+    d, H, hd, kv = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, d), "model.norm.weight": (d,)}
+    for i in range(cfg.n_layers):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": (H * (hd + _gate_rows(cfg)), d), p + "self_attn.k_proj.weight": (kv, d),
+            p + "self_attn.v_proj.weight": (kv, d), p + "self_attn.o_proj.weight": (d, H * hd),
+            p + "mlp.gate_proj.weight": (cfg.d_ff, d), p + "mlp.up_proj.weight": (cfg.d_ff, d),
+            p + "mlp.down_proj.weight": (d, cfg.d_ff), p + "input_layernorm.weight": (d,),
+            p + "post_attention_layernorm.weight": (d,)})
+    if not cfg.tie_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, d)
+    return shapes
+
+
+def from_hf_state_dict(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """HF tensors -> our names (fused matrices concatenated; the gate unfolded). CheckpointError on a
+    missing, unexpected or misshapen tensor. A tied model's ``lm_head.weight``, if present, must equal
+    the embedding and is dropped."""
+    shapes = hf_shapes(cfg)
+    hf = {k: v for k, v in hf.items() if not k.endswith("rotary_emb.inv_freq")}  # old checkpoints' RoPE buffers
+    if cfg.tie_embeddings and "lm_head.weight" in hf:
+        if not torch.equal(hf["lm_head.weight"], hf.get("model.embed_tokens.weight", torch.empty(0))):
+            raise CheckpointError("tie_word_embeddings is true but lm_head.weight differs from the embedding")
+        hf = {k: v for k, v in hf.items() if k != "lm_head.weight"}
+    missing, extra = sorted(set(shapes) - set(hf)), sorted(set(hf) - set(shapes))
+    if missing or extra:
+        raise CheckpointError(f"weights do not match config.json (missing {missing[:4]}, unexpected {extra[:4]})")
+    for k, s in shapes.items():
+        if tuple(hf[k].shape) != s:
+            raise CheckpointError(f"weight {k} has shape {tuple(hf[k].shape)}, config.json implies {s}")
+    out = {"tok_emb.weight": hf["model.embed_tokens.weight"], "norm_f.weight": hf["model.norm.weight"]}
+    for i in range(cfg.n_layers):
+        src, dst = f"model.layers.{i}.", f"blocks.{i}."
+        q = hf[src + "self_attn.q_proj.weight"]
+        parts = list(unfold_gate(q, cfg.n_heads, cfg.head_dim)) if _gate_rows(cfg) else [q]
+        parts[1:1] = [hf[src + "self_attn.k_proj.weight"], hf[src + "self_attn.v_proj.weight"]]
+        out[dst + "attn.w_qkvg.weight"] = torch.cat(parts, dim=0)
+        out[dst + "attn.w_o.weight"] = hf[src + "self_attn.o_proj.weight"]
+        out[dst + "mlp.w_gate_up.weight"] = torch.cat([hf[src + "mlp.gate_proj.weight"], hf[src + "mlp.up_proj.weight"]])
+        out[dst + "mlp.w_down.weight"] = hf[src + "mlp.down_proj.weight"]
+        out[dst + "attn_norm.weight"] = hf[src + "input_layernorm.weight"]
+        out[dst + "mlp_norm.weight"] = hf[src + "post_attention_layernorm.weight"]
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = hf["lm_head.weight"]
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def _install_dir(tmp: Path, out: Path, force: bool) -> None:
+    """Rename the finished ``tmp`` folder to ``out`` (replacing an existing ``out`` only with ``force``)."""
+    from smallinit.io import fsync_dir
+
+    old = None
+    if _occupied(out):
+        if not force:
+            raise ConfigError(f"{out} already exists; choose a new folder or pass --force to replace it")
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    fsync_dir(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _occupied(out: Path) -> bool:
+    """``out`` exists and is not an empty folder (an empty folder is simply replaced)."""
+    return out.exists() and not (out.is_dir() and not any(out.iterdir()))
+
+
+def _tmp_dir(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+
+def _special_ids(tokenizer: Any, run_dir: Path | None) -> tuple[int | None, int | None]:
+    """bos/eos ids: those of the source model when the run was imported (``hf_config.json``), else
+    ``<|endoftext|>`` (our BOS and document separator), else None."""
+    if run_dir is not None and (run_dir / "hf_config.json").is_file():
+        try:
+            src = json.loads((run_dir / "hf_config.json").read_text())
+        except ValueError:
+            src = {}
+        ids = [src.get("bos_token_id"), src.get("eos_token_id")]
+        if any(isinstance(i, int) for i in ids):
+            return tuple(i if isinstance(i, int) else None for i in ids)  # type: ignore[return-value]
+    eot = tokenizer.token_to_id(EOT_TOKEN)
+    return eot, eot
+
+
+def _readme(cfg: ModelConfig, layout: str, source: str, step: int, dtype: str) -> str:
+    lines = [
+        f"# smallinit export ({GATED_ARCH if layout == 'gated' else LLAMA_ARCH})", "",
+        f"Exported by `smallinit export` from `{source}` (step {step}), weights in {dtype}.",
+        f"Model: d_model={cfg.d_model}, n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, n_kv_heads={cfg.n_kv_heads}, "
+        f"d_ff={cfg.d_ff}, vocab={cfg.vocab_size}, tied={cfg.tie_embeddings}, RMSNorm eps={cfg.norm_eps!r}, "
+        f"rope_theta={cfg.rope_theta!r}, init gamma={cfg.gamma!r}, gate={cfg.gate}.", "",
+    ]
+    if layout == "llama":
+        lines += ["A standard `LlamaForCausalLM` folder: load it with",
+                  "`transformers.AutoModelForCausalLM.from_pretrained(path)` and "
+                  "`AutoTokenizer.from_pretrained(path)`.",
+                  "The tokenizer does not add a BOS token; prepend `<|endoftext|>` yourself if the run trained with "
+                  "`data.bos=true`.", ""]
+    else:
+        g = "head_dim" if cfg.gate == "elementwise" else "1"
+        lines += [
+            "**Not loadable by `transformers`.** This model uses a query-dependent sigmoid gate on each attention "
+            "head's output. Qwen3-Next folds such a gate into `q_proj` the same way, but its attention also "
+            "RMS-normalizes q and k per head (`q_norm`, `k_norm`), which this model does not do and which no "
+            "weights can undo, so no `transformers` class computes this model. `smallinit import-hf` reads it back.",
+            "",
+            "Layout: every tensor is named and computed as in Llama (`model.embed_tokens`, `model.layers.i."
+            "input_layernorm`, `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.{gate,up,down}_proj`, "
+            "`model.norm`, `lm_head` unless tied), except attention:",
+            "",
+            f"- `q_proj.weight` has shape `(H*(head_dim+g), hidden)` with g = {g} (`gate: {cfg.gate}`): for each head "
+            "h in order, `head_dim` query rows of head h, then the g gate rows of head h (Qwen3-Next's interleaving).",
+            "- Per token x (the normalized input of the attention block): q_h, gate_h = split(x @ q_proj_hᵀ); "
+            "RoPE (rotate_half) on q and k; causal softmax attention y_h with scale head_dim^-0.5 and GQA; "
+            "y_h *= sigmoid(gate_h) (a scalar per head when g = 1); output = o_proj(concat_h y_h).",
+            "- RMSNorm: y = w * h / sqrt(mean(h^2) + rms_norm_eps), in float32.",
+            "",
+            "`config.json` carries `attn_output_gate: true`, `gate`, `gate_layout: qwen3_next_interleaved` and "
+            "`smallinit` (the full model config).", ""]
+    return "\n".join(lines)
+
+
+def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, step: int | None = None,
+              dtype: str = "float32", force: bool = False) -> Path:
+    """Write the checkpoint of ``run_dir`` (latest good, or ``step``) as a Hugging Face folder ``out_dir``
+    (layout in the module docstring). Built in a temporary folder and renamed into place. Returns ``out_dir``."""
+    from safetensors.torch import save_file
+
+    from smallinit.checkpoint import load_run_tokenizer, read_checkpoint, resolve_checkpoint
+
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    ckpt = resolve_checkpoint(run_dir, step)
+    data = read_checkpoint(ckpt)
+    try:
+        cfg = ModelConfig.from_dict(data["config"].get("model", data["config"]))
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{ckpt}: checkpoint config is invalid: {e}") from None
+    layout = check_exportable(cfg)
+    tokenizer = load_run_tokenizer(ckpt)
+    run_root = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
+    tok_path = next(p for p in (Path(ckpt) / "tokenizer.json", Path(ckpt).parent.parent / "tokenizer.json") if p.is_file())
+    try:
+        hf = {k: v.to(DTYPES[dtype]).contiguous() for k, v in to_hf_state_dict(data["model"], cfg).items()}
+    except KeyError as e:
+        raise CheckpointError(f"{ckpt}: weight {e.args[0]} missing from the checkpoint") from None
+    if tokenizer.get_vocab_size() > cfg.vocab_size:
+        raise CheckpointError(f"{tok_path}: tokenizer has {tokenizer.get_vocab_size()} tokens, the model only "
+                              f"{cfg.vocab_size}")
+    bos, eos = _special_ids(tokenizer, run_root)
+    out = Path(out_dir)
+    if _occupied(out) and not force:
+        raise ConfigError(f"{out} already exists; choose a new folder or pass --force to replace it")
+    tmp = _tmp_dir(out)
+    try:
+        save_file(hf, str(tmp / SAFE_WEIGHTS), metadata={"format": "pt"})
+        _write_json(tmp / "config.json", hf_config_dict(cfg, bos, eos, dtype))
+        _write_json(tmp / "generation_config.json", {"bos_token_id": bos, "eos_token_id": eos})
+        shutil.copyfile(tok_path, tmp / "tokenizer.json")
+        specials = {"bos_token": tokenizer.id_to_token(bos) if bos is not None else None,
+                    "eos_token": tokenizer.id_to_token(eos) if eos is not None else None}
+        _write_json(tmp / "tokenizer_config.json", {
+            "tokenizer_class": "PreTrainedTokenizerFast", **specials, "add_bos_token": False,
+            "add_eos_token": False, "clean_up_tokenization_spaces": False, "model_max_length": cfg.max_seq_len})
+        _write_json(tmp / "special_tokens_map.json", {k: v for k, v in specials.items() if v is not None})
+        (tmp / "README.md").write_text(_readme(cfg, layout, str(run_dir), int(data["state"].get("step", 0)), dtype),
+                                       encoding="utf-8")
+        _install_dir(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def load_hf_tensors(hf_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Every tensor of a HF folder: ``model.safetensors``, or the shards listed by
+    ``model.safetensors.index.json``, or else all ``*.safetensors`` files in it."""
+    from safetensors.torch import load_file
+
+    d = Path(hf_dir)
+    if (d / SAFE_INDEX).is_file():
+        try:
+            weight_map = json.loads((d / SAFE_INDEX).read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError):
+            raise CheckpointError(f"{d / SAFE_INDEX}: malformed index (no weight_map)") from None
+        files = sorted(set(weight_map.values()))
+    elif (d / SAFE_WEIGHTS).is_file():
+        files = [SAFE_WEIGHTS]
+    else:
+        files = sorted(p.name for p in d.glob("*.safetensors"))
+    if not files:
+        bins = sorted(p.name for p in d.glob("*.bin"))
+        hint = f" (found {', '.join(bins[:3])}: convert them to safetensors first)" if bins else ""
+        raise CheckpointError(f"{d}: no safetensors weights{hint}")
+    tensors: dict[str, torch.Tensor] = {}
+    for name in files:
+        path = d / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: shard listed in {SAFE_INDEX} is missing")
+        try:
+            part = load_file(str(path))
+        except Exception as e:  # safetensors raises its own error types on a bad header
+            raise CheckpointError(f"{path}: unreadable safetensors file ({type(e).__name__}: {e})") from None
+        dup = set(part) & set(tensors)
+        if dup:
+            raise CheckpointError(f"{path}: tensor {sorted(dup)[0]} appears in two shards")
+        tensors.update(part)
+    return tensors
+
+
+def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, max_seq_len: int | None = None,
+              force: bool = False) -> Path:
+    """Turn a local Llama (or SmallinitForCausalLM) folder into a run directory ``out_dir`` with a step-0
+    checkpoint (module docstring). Built in a temporary folder and renamed into place. Returns ``out_dir``."""
+    from tokenizers import Tokenizer
+
+    from smallinit.checkpoint import save_checkpoint
+    from smallinit.io import atomic_write_text
+    from smallinit.train.config import RunConfig, config_from_dict, save_config
+
+    src = Path(hf_dir)
+    if not (src / "config.json").is_file():
+        raise CheckpointError(f"{src}: not a Hugging Face model folder (no config.json)")
+    try:
+        hf_cfg = json.loads((src / "config.json").read_text())
+    except ValueError as e:
+        raise CheckpointError(f"{src / 'config.json'}: not valid JSON ({e})") from None
+    if not isinstance(hf_cfg, dict):
+        raise CheckpointError(f"{src / 'config.json'}: expected a JSON object")
+    cfg = model_config_from_hf(hf_cfg, max_seq_len)
+    if not (src / "tokenizer.json").is_file():
+        raise CheckpointError(f"{src}: no tokenizer.json (import-hf needs a fast-tokenizer file beside the weights)")
+    try:
+        tok = Tokenizer.from_file(str(src / "tokenizer.json"))
+    except Exception as e:  # tokenizers raises a plain Exception on a bad file
+        raise CheckpointError(f"{src / 'tokenizer.json'}: not a valid tokenizer.json ({str(e)[:200]})") from None
+    if tok.get_vocab_size() > cfg.vocab_size:
+        raise CheckpointError(f"{src / 'tokenizer.json'}: {tok.get_vocab_size()} tokens, but vocab_size is "
+                              f"{cfg.vocab_size}")
+    tensors = {k: v.float() for k, v in from_hf_state_dict(load_hf_tensors(src), cfg).items()}
+    run_cfg = RunConfig(model=cfg)
+    run_cfg.data.seq_len = min(run_cfg.data.seq_len, cfg.max_seq_len)
+    run_cfg = config_from_dict(run_cfg.to_dict())  # validated, and what a later load reads back
+    out = Path(out_dir)
+    if _occupied(out) and not force:
+        raise ConfigError(f"{out} already exists; choose a new folder or pass --force to replace it")
+    tmp = _tmp_dir(out)
+    try:
+        save_config(run_cfg, tmp / "config.yaml")
+        shutil.copyfile(src / "tokenizer.json", tmp / "tokenizer.json")
+        atomic_write_text(tmp / "hf_config.json", json.dumps(hf_cfg, indent=2) + "\n")
+        save_checkpoint(tmp, 0, tensors, {}, {"tokens": 0, "imported_from": str(src.resolve())}, run_cfg.to_dict())
+        _install_dir(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+__all__ = ["GATED_ARCH", "LLAMA_ARCH", "check_exportable", "export_hf", "fold_gate", "from_hf_state_dict",
+           "hf_config_dict", "hf_shapes", "import_hf", "load_hf_tensors", "model_config_from_hf",
+           "to_hf_state_dict", "unfold_gate"]
