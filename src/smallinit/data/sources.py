@@ -1,0 +1,498 @@
+"""Corpus inputs: parse an INPUT spec and stream its text as bounded *pieces*.
+
+INPUT forms (a document ends with ``<|endoftext|>`` in the token files):
+
+- ``FILE`` (any suffix but the two below): UTF-8 text; the whole file is one document.
+- ``DIR``: every ``.txt`` / ``.md`` file below DIR (recursive, sorted by path); one document per file.
+- ``FILE.jsonl``: one JSON object per line, string field ``text_field``; one document per line.
+- ``FILE.parquet``: string column ``text_field``; one document per row.
+- ``builtin:stdlib``: the running Python's standard-library ``*.py`` files, site-/dist-packages
+  excluded (~30 MB on CPython 3.11), each decoded with its PEP 263 coding declaration; one per file.
+- ``hf:NAME[:CONFIG][:SPLIT]``: a Hugging Face dataset streamed with ``datasets`` (online; the split
+  defaults to ``train``; ``hf:NAME::SPLIT`` means no config); one document per row. Offline it fails at once.
+- ``hf:/path/to/dir[:SPLIT]``: a dataset saved with ``save_to_disk`` (works offline); one per row.
+
+Documents are streamed as pieces of at most ``piece_chars`` characters (4096; less for files under
+256 KB, see :func:`piece_chars_for`), cut after a newline where one falls in the last 3/4 of the
+window, else after a space, else anywhere. Concatenating a document's pieces gives the document back
+exactly; pieces are the unit of val selection and of mixing (sub)sampling.
+
+Invalid UTF-8 (or, for stdlib files, bytes invalid in the declared encoding) is replaced by U+FFFD with
+a :class:`DataWarning` naming the file and the byte count.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import os
+import socket
+import sysconfig
+import threading
+import tokenize
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from urllib.parse import urlparse
+
+from smallinit.errors import DataError
+
+PIECE_CHARS = 4096
+MIN_PIECE_CHARS = 256
+READ_BYTES = 1 << 20
+TEXT_SUFFIXES = (".txt", ".md")
+HF_PROBE_TIMEOUT_S = 3.0
+HF_DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+class DataWarning(UserWarning):
+    """A recoverable problem with the input (e.g. invalid UTF-8 bytes were replaced)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# invalid UTF-8: replace and count
+_bad_bytes = 0
+
+
+def _count_and_replace(exc: UnicodeError) -> tuple[str, int]:
+    global _bad_bytes
+    if isinstance(exc, UnicodeDecodeError):
+        _bad_bytes += exc.end - exc.start
+        return "\ufffd", exc.end
+    if isinstance(exc, UnicodeEncodeError):  # lone surrogates from JSON "\ud800"
+        _bad_bytes += exc.end - exc.start
+        return "\ufffd" * (exc.end - exc.start), exc.end
+    raise exc
+
+
+_ERRORS = "smallinit-count-replace"
+codecs.register_error(_ERRORS, _count_and_replace)
+
+
+def _clean(text: str) -> str:
+    """``text`` with lone surrogates (unencodable in UTF-8) replaced by U+FFFD, counted as invalid."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", _ERRORS).decode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Source:
+    """One parsed INPUT."""
+
+    spec: str
+    kind: str  # text | dir | jsonl | parquet | stdlib | hf | hf-disk
+    name: str
+    path: Path | None = None
+    files: list[Path] = field(default_factory=list)
+    hf_name: str | None = None
+    hf_config: str | None = None
+    hf_split: str | None = None
+    dataset: object = field(default=None, repr=False)  # the opened ``datasets`` object (hf kinds)
+
+    def open(self, text_field: str = "text") -> None:
+        """Check now that the input can be read (hf: reachable / saved dataset valid), not half-way."""
+        if self.kind == "hf" and self.dataset is None:
+            self.dataset = load_hf_online(self)
+        elif self.kind == "hf-disk" and self.dataset is None:
+            self.dataset = load_hf_disk(self, text_field)
+
+    @cached_property
+    def total_bytes(self) -> int | None:
+        """Size on disk of the files read (for the progress bar); None when unknown."""
+        if self.kind in ("text", "dir", "jsonl", "stdlib"):
+            return sum(f.stat().st_size for f in self.files)
+        return None
+
+
+@dataclass
+class SourceStats:
+    """What was read from a source: sizes, documents, invalid bytes and file hashes."""
+
+    bytes: int = 0  # UTF-8 bytes of the text yielded (after replacement)
+    chars: int = 0  # Unicode code points yielded
+    documents: int = 0
+    pieces: int = 0
+    invalid_bytes: int = 0
+    truncated: bool = False  # stopped early by max_bytes
+    file_hashes: list[tuple[str, str]] = field(default_factory=list)  # (relative name, sha256)
+    extra: dict = field(default_factory=dict)  # e.g. hf fingerprint
+
+    def digest(self) -> dict:
+        """Hashes for meta.json: one file -> its sha256; several -> sha256 of their ``sha256sum`` listing."""
+        d: dict = {"files": len(self.file_hashes), "complete": not self.truncated}
+        if len(self.file_hashes) == 1:
+            d["sha256"] = self.file_hashes[0][1]
+        elif self.file_hashes:
+            listing = "".join(f"{h}  {name}\n" for name, h in self.file_hashes)
+            d["sha256_of_sha256sums"] = hashlib.sha256(listing.encode("utf-8")).hexdigest()
+        d.update(self.extra)
+        return d
+
+
+def piece_chars_for(src: Source) -> int:
+    """Piece size for ``src``: PIECE_CHARS, smaller for small files so that a source has >= ~64 pieces
+    (never under MIN_PIECE_CHARS); finer pieces let small corpora still get a val split and exact shares."""
+    size = src.total_bytes
+    if size is None:
+        return PIECE_CHARS
+    return int(min(PIECE_CHARS, max(MIN_PIECE_CHARS, size // 64)))
+
+
+def stdlib_dir() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_files() -> list[Path]:
+    """The standard library's ``*.py`` files, sorted, excluding site-packages and dist-packages."""
+    root = stdlib_dir()
+    skip = {"site-packages", "dist-packages", "__pycache__"}
+    return sorted(p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts) and p.is_file())
+
+
+def parse_source(spec: str) -> Source:
+    """Parse one INPUT; raises DataError for a missing path or a directory without text files."""
+    if spec == "builtin:stdlib":
+        return Source(spec, "stdlib", "stdlib", path=stdlib_dir(), files=stdlib_files())
+    if spec.startswith("builtin:"):
+        raise DataError(f"{spec}: unknown built-in corpus (available: builtin:stdlib)")
+    if spec.startswith("hf:"):
+        return _parse_hf(spec)
+    p = Path(spec).expanduser()
+    if not p.exists():
+        raise DataError(f"{spec}: no such file or directory")
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.suffix.lower() in TEXT_SUFFIXES and f.is_file())
+        if not files:
+            raise DataError(f"{spec}: directory has no .txt or .md files")
+        return Source(spec, "dir", p.resolve().name or "dir", path=p, files=files)
+    suffix = p.suffix.lower()
+    kind = {".jsonl": "jsonl", ".parquet": "parquet"}.get(suffix, "text")
+    return Source(spec, kind, p.stem or p.name, path=p, files=[p])
+
+
+def _parse_hf(spec: str) -> Source:
+    rest = spec[3:]
+    if not rest:
+        raise DataError(f"{spec}: expected hf:NAME[:CONFIG][:SPLIT] or hf:/path/to/saved/dataset")
+    head, _, tail = rest.partition(":")
+    local = Path(head).expanduser()
+    if head.startswith(("/", ".", "~")) or local.exists():
+        if not local.exists():
+            raise DataError(f"{spec}: no such directory {head}")
+        return Source(spec, "hf-disk", local.resolve().name, path=local, hf_split=tail or None)
+    parts = rest.split(":")
+    if len(parts) > 3:
+        raise DataError(f"{spec}: expected hf:NAME[:CONFIG][:SPLIT]")
+    name, config, split = (parts + [None, None])[:3]
+    return Source(
+        spec, "hf", name.replace("/", "_"), hf_name=name, hf_config=config or None, hf_split=split or None
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+def _cut(buf: str, pos: int, n: int) -> int:
+    """End of the piece starting at ``pos``: after the last newline (else space) in the window's last 3/4."""
+    end = pos + n
+    if end >= len(buf):
+        return len(buf)
+    lo = pos + n // 4
+    i = buf.rfind("\n", lo, end)
+    if i < 0:
+        i = buf.rfind(" ", lo, end)
+    return i + 1 if i >= 0 else end
+
+
+def _string_pieces(text: str, n: int) -> Iterator[str]:
+    pos = 0
+    while pos < len(text):
+        cut = _cut(text, pos, n)
+        yield text[pos:cut]
+        pos = cut
+
+
+def python_source_encoding(path: Path) -> str:
+    """The PEP 263 encoding of a Python source file (UTF-8 when absent or invalid)."""
+    with open(path, "rb") as f:
+        try:
+            return tokenize.detect_encoding(f.readline)[0]
+        except SyntaxError:
+            return "utf-8"
+
+
+def _file_pieces(path: Path, hasher, n: int, encoding: str = "utf-8") -> Iterator[str]:
+    """Stream one text file as pieces, decoding incrementally; bytes are fed to ``hasher``."""
+    dec = codecs.getincrementaldecoder(encoding)(errors=_ERRORS)
+    buf = ""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(READ_BYTES)
+            final = not block
+            hasher.update(block)
+            buf += dec.decode(block, final=final)
+            pos = 0
+            while len(buf) - pos > n or (final and pos < len(buf)):
+                cut = _cut(buf, pos, n)
+                yield buf[pos:cut]
+                pos = cut
+            buf = buf[pos:]
+            if final:
+                return
+
+
+def _mark_last(pieces: Iterator[str]) -> Iterator[tuple[str, bool]]:
+    prev = None
+    for p in pieces:
+        if prev is not None:
+            yield prev, False
+        prev = p
+    if prev is not None:
+        yield prev, True
+
+
+class _Reader:
+    """Produces (piece, doc_end) for a source and fills its SourceStats."""
+
+    def __init__(self, src: Source, stats: SourceStats, text_field: str, n: int, warn: bool):
+        self.src, self.stats, self.field, self.n, self.warn = src, stats, text_field, n, warn
+
+    # files -------------------------------------------------------------------------------------
+    def _files(self) -> Iterator[tuple[str, bool]]:
+        global _bad_bytes
+        root = self.src.path if self.src.kind in ("dir", "stdlib") else None
+        for f in self.src.files:
+            name = str(f.relative_to(root)) if root is not None else f.name
+            h = hashlib.sha256()
+            _bad_bytes = 0
+            enc = python_source_encoding(f) if self.src.kind == "stdlib" else "utf-8"
+            yield from _mark_last(_file_pieces(f, h, self.n, enc))
+            self._note_invalid(str(f))
+            self.stats.file_hashes.append((name, h.hexdigest()))
+
+    def _jsonl(self) -> Iterator[tuple[str, bool]]:
+        global _bad_bytes
+        f_path = self.src.files[0]
+        h = hashlib.sha256()
+        _bad_bytes = 0
+        with open(f_path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                h.update(raw)
+                if not raw.strip():
+                    continue
+                line = raw.decode("utf-8", _ERRORS)
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{f_path}:{lineno}: invalid JSON ({e.msg})") from None
+                text = self._field(obj, f"{f_path}:{lineno}")
+                if text:
+                    yield from _mark_last(_string_pieces(_clean(text), self.n))
+        self._note_invalid(str(f_path))
+        self.stats.file_hashes.append((f_path.name, h.hexdigest()))
+
+    def _field(self, row, where: str):
+        if not isinstance(row, dict) or self.field not in row:
+            have = ", ".join(sorted(map(str, row))) if isinstance(row, dict) else type(row).__name__
+            raise DataError(f"{where}: no {self.field!r} field (have: {have}); choose one with --text-field")
+        text = row[self.field]
+        if text is not None and not isinstance(text, str):
+            raise DataError(f"{where}: field {self.field!r} is {type(text).__name__}, not a string")
+        return text
+
+    def _rows(self, batches: Iterator[list], where: str) -> Iterator[tuple[str, bool]]:
+        global _bad_bytes
+        _bad_bytes = 0
+        for texts in batches:
+            for text in texts:
+                if text is not None and not isinstance(text, str):
+                    raise DataError(f"{where}: column {self.field!r} holds {type(text).__name__}, not strings")
+                if text:
+                    yield from _mark_last(_string_pieces(_clean(text), self.n))
+        self._note_invalid(where)
+
+    def _parquet(self) -> Iterator[tuple[str, bool]]:
+        import pyarrow.parquet as pq
+
+        path = self.src.files[0]
+        self.stats.file_hashes.append((path.name, _sha256_file(path)))
+        try:
+            pf = pq.ParquetFile(path)
+        except Exception as e:
+            raise DataError(f"{path}: not a readable parquet file ({e})") from None
+        cols = pf.schema_arrow.names
+        if self.field not in cols:
+            raise DataError(f"{path}: no column {self.field!r} (have: {', '.join(cols)}); use --text-field")
+        batches = (b.column(0).to_pylist() for b in pf.iter_batches(batch_size=1024, columns=[self.field]))
+        yield from self._rows(batches, str(path))
+
+    def _hf_disk(self) -> Iterator[tuple[str, bool]]:
+        self.src.open(self.field)
+        ds = self.src.dataset
+        for f in sorted(p for p in self.src.path.rglob("*") if p.is_file()):
+            self.stats.file_hashes.append((str(f.relative_to(self.src.path)), _sha256_file(f)))
+        self.stats.extra["fingerprint"] = getattr(ds, "_fingerprint", None)
+        batches = (b[self.field] for b in ds.iter(batch_size=1000))
+        yield from self._rows(batches, self.src.spec)
+
+    def _hf(self) -> Iterator[tuple[str, bool]]:
+        self.src.open(self.field)
+        ds = self.src.dataset
+        self.stats.extra.update(
+            {"dataset": self.src.hf_name, "config": self.src.hf_config, "split": self.src.hf_split or "train"}
+        )
+
+        def batches():
+            for i, row in enumerate(ds):
+                yield [self._field(row, f"{self.src.spec} row {i}")]
+
+        yield from self._rows(batches(), self.src.spec)
+
+    def _note_invalid(self, where: str) -> None:
+        if _bad_bytes:
+            self.stats.invalid_bytes += _bad_bytes
+            if self.warn:
+                warnings.warn(
+                    f"{where}: replaced {_bad_bytes} invalid UTF-8 byte(s) with U+FFFD", DataWarning, stacklevel=2
+                )
+
+    # all kinds ---------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[tuple[str, bool]]:
+        kind = self.src.kind
+        if kind in ("text", "dir", "stdlib"):
+            return self._files()
+        return {"jsonl": self._jsonl, "parquet": self._parquet, "hf-disk": self._hf_disk, "hf": self._hf}[kind]()
+
+
+def iter_pieces(
+    src: Source,
+    stats: SourceStats,
+    text_field: str = "text",
+    max_bytes: int | None = None,
+    piece_chars: int = PIECE_CHARS,
+    warn: bool = True,
+) -> Iterator[tuple[str, bool]]:
+    """Yield ``(piece, doc_end)`` for ``src`` and fill ``stats``.
+
+    With ``max_bytes`` the stream stops at the first piece boundary at or past that many UTF-8 bytes
+    (the last piece then ends its document).
+    """
+    for text, end in _Reader(src, stats, text_field, piece_chars, warn):
+        nbytes = len(text.encode("utf-8"))
+        stats.bytes += nbytes
+        stats.chars += len(text)
+        stats.pieces += 1
+        if max_bytes is not None and stats.bytes >= max_bytes:
+            stats.documents += 1
+            stats.truncated = True
+            yield text, True
+            return
+        stats.documents += end
+        yield text, end
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(READ_BYTES), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face datasets
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hf_offline_flag() -> bool:
+    return _env_true("HF_HUB_OFFLINE") or _env_true("HF_DATASETS_OFFLINE")
+
+
+def hf_probe_address() -> tuple[str, int]:
+    """(host, port) of the Hub endpoint ($HF_ENDPOINT or huggingface.co)."""
+    u = urlparse(os.environ.get("HF_ENDPOINT") or HF_DEFAULT_ENDPOINT)
+    return u.hostname or "huggingface.co", u.port or (443 if u.scheme != "http" else 80)
+
+
+def hf_unreachable_reason(address: tuple[str, int] | None = None, timeout: float = HF_PROBE_TIMEOUT_S) -> str | None:
+    """None when a TCP connection to the Hub succeeds within ``timeout`` seconds, else why not.
+
+    Runs in a daemon thread so that a hanging DNS lookup cannot stall the caller past ``timeout``.
+    """
+    host, port = address or hf_probe_address()
+    result: list[str | None] = []
+
+    def probe():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result.append(None)
+        except OSError as e:
+            result.append(f"{type(e).__name__}: {e.strerror or e}")
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout + 0.5)
+    return result[0] if result else f"no answer within {timeout:.0f} s"
+
+
+def load_hf_online(src: Source):
+    """Open ``hf:NAME[:CONFIG][:SPLIT]`` as a streaming dataset; fails at once when offline."""
+    hint = "offline, save it with datasets' save_to_disk and pass hf:/path/to/dir"
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(f"{src.spec}: needs the 'datasets' package (pip install smallinit[hf])") from None
+    split = src.hf_split or "train"
+    if hf_offline_flag():
+        # Offline mode: only the local cache can answer. ``datasets`` reads the flag when first
+        # imported; if it missed it (set later), it would go online, so fail instead.
+        if not getattr(datasets.config, "HF_HUB_OFFLINE", False):
+            raise DataError(f"{src.spec}: offline mode is set (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); {hint}")
+        try:
+            return datasets.load_dataset(src.hf_name, src.hf_config, split=split)
+        except Exception as e:
+            raise DataError(
+                f"{src.spec}: not in the local Hugging Face cache and offline mode is set "
+                f"(HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); {hint} ({type(e).__name__})"
+            ) from None
+    reason = hf_unreachable_reason()
+    if reason is not None:
+        host, port = hf_probe_address()
+        raise DataError(f"{src.spec}: cannot reach {host}:{port} ({reason}); {hint}")
+    try:
+        return datasets.load_dataset(src.hf_name, src.hf_config, split=split, streaming=True)
+    except Exception as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(f"{src.spec}: {msg}") from None
+
+
+def load_hf_disk(src: Source, text_field: str):
+    """Open a dataset saved with ``save_to_disk`` (a Dataset, or a DatasetDict and a split)."""
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(f"{src.spec}: needs the 'datasets' package (pip install smallinit[hf])") from None
+    try:
+        ds = datasets.load_from_disk(str(src.path))
+    except Exception as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(f"{src.spec}: not a dataset saved with save_to_disk ({msg})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        splits = list(ds)
+        split = src.hf_split or ("train" if "train" in ds else (splits[0] if len(splits) == 1 else None))
+        if split not in ds:
+            raise DataError(f"{src.spec}: choose a split with hf:PATH:SPLIT (have: {', '.join(splits)})")
+        ds = ds[split]
+    elif src.hf_split:
+        raise DataError(f"{src.spec}: the saved dataset has no splits, drop ':{src.hf_split}'")
+    if text_field not in ds.column_names:
+        raise DataError(
+            f"{src.spec}: no column {text_field!r} (have: {', '.join(ds.column_names)}); use --text-field"
+        )
+    return ds
