@@ -230,3 +230,122 @@ def effective_size(fit: ScalingFit, N: float, L_variant: float) -> EffectiveSize
     else:
         note = f"N_eff = {n_eff:.4g} lies within the fitted size range [{lo:.4g}, {hi:.4g}]"
     return EffectiveSize(N=N, L_variant=L_v, N_eff=n_eff, gain=gain, extrapolated=extrapolated, note=note)
+
+
+# ----------------------------------------------------------------------------------------------
+# runs_table(run_dirs): what a scaling analysis needs from each run directory.
+# ----------------------------------------------------------------------------------------------
+
+__all__ += ["RunPoint", "runs_table", "config_value"]
+
+
+@dataclass
+class RunPoint:
+    """One run's point for a scaling fit.
+
+    N: non-embedding parameters (``summary.json``; else counted from the config of the latest
+    checkpoint or of ``config.yaml``). loss: ``summary.json`` ``final_val_loss``; else the last
+    ``val_loss`` in ``metrics.jsonl`` (then ``completed`` is False and ``note`` says so); None when
+    the run has no validation loss at all. config: the resolved run config (nested dict).
+    """
+
+    run: str
+    N: int
+    loss: float | None
+    step: int | None
+    completed: bool
+    config: dict[str, Any]
+    note: str = ""
+
+
+def config_value(config: dict[str, Any], key: str) -> Any:
+    """The value at a dotted ``key`` (``model.gamma``) of a nested config dict; KeyError when absent."""
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(key)
+        node = node[part]
+    return node
+
+
+def _count_non_embedding(model_cfg: dict[str, Any]) -> int:
+    """Non-embedding parameters of the model a config describes (built on the meta device: no memory)."""
+    import torch
+
+    from smallinit.model import ModelConfig, Transformer
+
+    cfg = ModelConfig.from_dict(model_cfg)
+    with torch.device("meta"):
+        return int(Transformer(cfg).num_params(non_embedding=True))
+
+
+def _last_val_loss(metrics: Any) -> tuple[float | None, int | None]:
+    import json
+
+    loss = step = None
+    if not metrics.is_file():
+        return None, None
+    for line in metrics.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("val_loss") is not None:
+            loss, step = float(rec["val_loss"]), rec.get("step")
+    return loss, step
+
+
+def runs_table(run_dirs: list[Any]) -> list[RunPoint]:
+    """A :class:`RunPoint` (N, final val loss, config) per run directory, in the order given.
+
+    Raises:
+        RunDirError: a path is not a run directory (no config.yaml) or its config/summary is unreadable.
+    """
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from smallinit.errors import RunDirError
+
+    out = []
+    for rd in run_dirs:
+        rd = Path(rd)
+        cfg_path = rd / "config.yaml"
+        if not cfg_path.is_file():
+            raise RunDirError(f"{rd}: not a run directory (no config.yaml)")
+        try:
+            config = yaml.safe_load(cfg_path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise RunDirError(f"{cfg_path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        summary: dict[str, Any] = {}
+        if (rd / "summary.json").is_file():
+            try:
+                summary = json.loads((rd / "summary.json").read_text())
+            except ValueError:
+                raise RunDirError(f"{rd / 'summary.json'}: invalid JSON") from None
+        note = ""
+        loss = summary.get("final_val_loss")
+        step = summary.get("step")
+        completed = bool(summary.get("completed", False))
+        if loss is None:
+            loss, step = _last_val_loss(rd / "metrics.jsonl")
+            completed = False
+            note = ("no summary.json (run incomplete?): " if not summary else "summary.json has no final_val_loss: ") + (
+                f"using the last val_loss in metrics.jsonl (step {step})" if loss is not None else "no val_loss found"
+            )
+        N = summary.get("non_embedding_params")
+        if N is None:
+            model_cfg = config.get("model")
+            try:
+                from smallinit.checkpoint import latest_good_checkpoint, read_checkpoint
+
+                ckpt = latest_good_checkpoint(rd)
+                if ckpt is not None:
+                    model_cfg = read_checkpoint(ckpt)["config"].get("model", model_cfg)
+                N = _count_non_embedding(model_cfg)
+            except (ValueError, TypeError, AttributeError) as e:
+                raise RunDirError(f"{rd}: cannot count non-embedding parameters from its config ({e})") from None
+        out.append(RunPoint(run=str(rd), N=int(N), loss=None if loss is None else float(loss),
+                            step=None if step is None else int(step), completed=completed, config=config, note=note))
+    return out
