@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import shutil
 import warnings
 from pathlib import Path
@@ -102,10 +103,24 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model_state: dict[str
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if keep:
-        for old in list_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+    complete = list_checkpoints(run_dir)
+    if keep and len(complete) > keep:
+        # everything older than the newest `keep` complete ones, incomplete leftovers of a killed prune included
+        for old in sorted(root.glob("step_*")):
+            if old.is_dir() and old.name < complete[-keep].name:
+                (old / MANIFEST).unlink(missing_ok=True)  # incomplete at once, whatever rmtree's order
+                shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def remove_partial_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """Delete ``checkpoints/.tmp-*`` directories left by a process killed mid-write; returns what was removed.
+    Call only while holding the run's lock (no other writer)."""
+    root = Path(run_dir) / CKPT_SUBDIR
+    stale = sorted(root.glob(".tmp-step_*")) if root.is_dir() else []
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+    return stale
 
 
 def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
@@ -133,7 +148,7 @@ def verify_checkpoint(ckpt: str | os.PathLike) -> dict[str, Any]:
         if not p.is_file():
             raise CheckpointError(f"{p}: file missing from checkpoint")
         if p.stat().st_size != info.get("bytes"):
-            raise CheckpointError(f"{p}: size {p.stat().st_size} != {info.get('bytes')} recorded (truncated?)")
+            raise CheckpointError(f"{p}: size {p.stat().st_size} != {info.get('bytes')} recorded (truncated or altered)")
         if sha256_file(p) != info.get("sha256"):
             raise CheckpointError(f"{p}: checksum mismatch (file corrupted)")
     return manifest
@@ -176,14 +191,28 @@ def read_checkpoint(ckpt: str | os.PathLike, verify: bool = True) -> dict[str, A
     ckpt = Path(ckpt)
     if verify:
         verify_checkpoint(ckpt)
-    try:
-        model = load_file(str(ckpt / "model.safetensors"))
-        optim = torch.load(ckpt / "optim.pt", map_location="cpu", weights_only=True)
-        state = json.loads((ckpt / "state.json").read_text())
-        config = yaml.safe_load((ckpt / "config.yaml").read_text())
-    except (OSError, ValueError, RuntimeError, yaml.YAMLError) as e:
-        raise CheckpointError(f"{ckpt}: unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
-    return {"model": model, "optim": optim, "state": state, "config": config, "path": ckpt}
+    loaders = {
+        "model.safetensors": lambda p: load_file(str(p)),
+        # weights_only: tensors and plain containers only; anything else is refused, never executed
+        "optim.pt": lambda p: torch.load(p, map_location="cpu", weights_only=True),
+        "state.json": lambda p: json.loads(p.read_text()),
+        "config.yaml": lambda p: yaml.safe_load(p.read_text()),
+    }
+    out: dict[str, Any] = {}
+    for name, load in loaders.items():
+        p = ckpt / name
+        try:
+            out[name] = load(p)
+        except pickle.UnpicklingError:
+            raise CheckpointError(f"{p}: refused: it holds objects other than tensors and plain data "
+                                  "(loading it could run code)") from None
+        except Exception as e:  # noqa: BLE001 - any failure to parse the file means a bad checkpoint
+            first = (str(e).splitlines() or [""])[0][:200]
+            raise CheckpointError(f"{p}: unreadable ({type(e).__name__}: {first})") from None
+        if name != "model.safetensors" and not isinstance(out[name], dict):
+            raise CheckpointError(f"{p}: expected a mapping, got {type(out[name]).__name__}")
+    return {"model": out["model.safetensors"], "optim": out["optim.pt"], "state": out["state.json"],
+            "config": out["config.yaml"], "path": ckpt}
 
 
 def model_from_state(config: dict[str, Any], tensors: dict[str, torch.Tensor], map_location="cpu"):

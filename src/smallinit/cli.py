@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from smallinit.errors import SmallinitError
@@ -64,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except SmallinitError as e:
-        print(f"error: {e}", file=sys.stderr)
+        # under torchrun every rank validates the same config: rank 0 speaks for all
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -30,14 +30,23 @@ class TokenData:
             self.meta: dict = json.loads(meta_path.read_text(encoding="utf-8"))
         except ValueError as e:
             raise DataError(f"{meta_path}: invalid JSON ({e})") from None
+        if not isinstance(self.meta, dict):
+            raise DataError(f"{meta_path}: expected a JSON object, got {type(self.meta).__name__}")
         if self.meta.get("format") != META_FORMAT or self.meta.get("format_version") != META_VERSION:
             raise DataError(
                 f"{meta_path}: not a {META_FORMAT} v{META_VERSION} meta file "
                 f"(format={self.meta.get('format')!r}, version={self.meta.get('format_version')!r})"
             )
-        self.dtype = np.dtype(self.meta["dtype"])
-        self.train = self._open("train")
-        self.val = self._open("val")
+        try:  # a hand-edited or damaged meta.json: one clear error, not a KeyError from deep inside
+            self.dtype = np.dtype(self.meta["dtype"])
+            if self.dtype.kind not in "ui":
+                raise TypeError(f"dtype {self.dtype} is not an integer type")
+            for key in ("vocab_size", "eot_id", "bos_id"):
+                int(self.meta[key])
+            self.train = self._open("train")
+            self.val = self._open("val")
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
+            raise DataError(f"{meta_path}: malformed ({type(e).__name__}: {e}); prepare the data again") from None
 
     def _open(self, split: str) -> np.ndarray:
         f = self.path / self.meta["files"][split]

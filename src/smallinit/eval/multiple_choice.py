@@ -168,14 +168,25 @@ def _index(value: Any, n: int, row: Row, fmt: str) -> int:
     return i
 
 
+def _strings(row: Row, key: str, value: Any, fmt: str, many: bool = False) -> None:
+    """DataError unless ``value`` is a string (``many``: a non-empty list of strings)."""
+    ok = (isinstance(value, list) and value and all(isinstance(v, str) for v in value)) if many else isinstance(value, str)
+    if not ok:
+        raise DataError(f"{row.where}: '{key}' must be {'a non-empty list of strings' if many else 'text'}, "
+                        f"got {value!r:.60}; expected {fmt}")
+
+
 def load_hellaswag(path: Path, limit: int | None = None) -> list[MCItem]:
     items = []
     for row in read_jsonl(path, HELLASWAG_FORMAT, limit):
         g = lambda k: row.get(k, HELLASWAG_FORMAT)  # noqa: E731
+        for k in ("ctx_a", "ctx_b", "activity_label"):
+            _strings(row, k, g(k), HELLASWAG_FORMAT)
         ctx = g("ctx_a") + " " + str(g("ctx_b")).capitalize()
         endings = g("endings")
         if not isinstance(endings, list) or not endings:
             raise DataError(f"{row.where}: 'endings' must be a non-empty list; expected {HELLASWAG_FORMAT}")
+        _strings(row, "endings", endings, HELLASWAG_FORMAT, many=True)
         items.append(MCItem(_hellaswag_clean(f"{g('activity_label')}: {ctx}"),
                             [" " + _hellaswag_clean(e) for e in endings],
                             _index(g("label"), len(endings), row, HELLASWAG_FORMAT)))
@@ -192,6 +203,7 @@ def load_arc(path: Path, limit: int | None = None) -> list[MCItem]:
         key = row.get("answerKey", ARC_FORMAT)
         if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels) or not texts:
             raise DataError(f"{row.where}: choices.text and choices.label must be lists of equal length; expected {ARC_FORMAT}")
+        _strings(row, "choices.text", texts, ARC_FORMAT, many=True)
         if key not in labels:
             raise DataError(f"{row.where}: answerKey {key!r} not among labels {labels}; expected {ARC_FORMAT}")
         meta = {"id": row.data["id"]} if "id" in row.data else {}

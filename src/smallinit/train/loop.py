@@ -27,7 +27,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from smallinit.checkpoint import latest_good_checkpoint, list_checkpoints, read_checkpoint, save_checkpoint
+from smallinit.checkpoint import (latest_good_checkpoint, list_checkpoints, read_checkpoint,
+                                  remove_partial_checkpoints, save_checkpoint)
 from smallinit.errors import CheckpointError, ConfigError, DivergenceError, RunDirError
 from smallinit.io import atomic_write_json, atomic_write_text
 from smallinit.model import ModelConfig, Transformer
@@ -200,6 +201,8 @@ class Trainer:
             atomic_write_text(self.run_dir / "tokenizer.json", tok.read_text())
 
     def _restore(self) -> None:
+        if self.dist.is_main:
+            remove_partial_checkpoints(self.run_dir)  # a killed write's leftovers (we hold the lock)
         ckpt = latest_good_checkpoint(self.run_dir)
         if ckpt is None:
             bad = list_checkpoints(self.run_dir)
