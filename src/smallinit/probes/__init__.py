@@ -1,5 +1,7 @@
 """Probes of training dynamics (DESIGN.md §2): condensation, attention sinks, RMSNorm saturation,
-residual flow. ``metrics`` holds the pure tensor functions; they are re-exported here."""
+residual flow. ``metrics`` holds the pure tensor functions, ``training`` the hook-based probe of a
+model (``compute_probes``) and the trainer callback (``TrainingProbe``), ``plots`` the figures
+(imported on demand: it needs matplotlib)."""
 
 from smallinit.probes.metrics import (
     attention_sink,
@@ -12,8 +14,30 @@ from smallinit.probes.metrics import (
     stable_rank,
     uniform_sink_baseline,
 )
+from smallinit.probes.training import (
+    TrainingProbe,
+    compute_probes,
+    heatmap_arrays,
+    heatmap_steps,
+    matrix_kind,
+    named_matrices,
+    probe_batch,
+    read_heatmaps,
+    read_probes,
+    save_heatmaps,
+)
 
 __all__ = [
+    "TrainingProbe",
+    "compute_probes",
+    "heatmap_arrays",
+    "heatmap_steps",
+    "matrix_kind",
+    "named_matrices",
+    "probe_batch",
+    "read_heatmaps",
+    "read_probes",
+    "save_heatmaps",
     "attention_sink",
     "condensation_index",
     "max_activation",

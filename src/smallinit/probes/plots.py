@@ -1,0 +1,617 @@
+"""Plots of training runs and their probes: PNG files (matplotlib, Agg) and one self-contained ``index.html``.
+
+    html = make_report(["runs/g05", "runs/g10"], "report/")
+
+Runs are overlaid in one colour each and labelled by what differs in their ``config.yaml``
+(:func:`run_labels`, via ``smallinit.train.config.config_diff``). Figures (each written when some run
+has the data for it):
+
+- ``loss.png``                 training loss (line) and validation loss (dashed, markers) vs step
+- ``srank.png``                stable rank ||W||_F²/||W||_2² vs step, one panel per matrix type
+                               (mean over layers; the band spans the layers' min..max)
+- ``condensation.png``         condensation index mean_{i≠j}|C_ij| vs step, same panels, with the
+                               random-rows reference sqrt(2/(π d_in)) dotted
+- ``heatmaps_<matrix>.png``    row-cosine matrices C at the saved (log-spaced) steps, one row per run,
+                               rows/columns ordered by projection on the leading singular vector
+- ``sink.png``                 attention-sink share per layer vs step, uniform causal baseline dashed
+- ``massive_activation.png``   max |h| of the residual stream per layer vs step
+- ``saturation.png``           RMSNorm saturation ms/(ms+ε) and ε/ms per norm vs step
+- ``flow.png``                 residual flow ||F(norm(h))||/||h|| per layer, at the first and last probe
+- ``moe.png``                  router entropy, dead experts, busiest expert's share vs step (MoE runs)
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from smallinit.errors import RunDirError
+
+# config keys that never explain a difference between runs
+IGNORED_DIFF_KEYS = ("train.progress", "train.tensorboard", "train.keep_ckpts", "train.threads", "train.device")
+MAX_HEATMAP_COLUMNS = 10
+
+__all__ = ["RunData", "load_run", "make_report", "run_labels", "summary_numbers"]
+
+
+@dataclass(eq=False)
+class RunData:
+    """What the plots read from one run directory."""
+
+    path: Path
+    config: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    probes: list[dict[str, Any]]
+    heatmaps: dict[int, dict[str, dict[str, np.ndarray]]] = field(default_factory=dict)
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path.name or str(self.path)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # torn last line
+    return out
+
+
+def load_run(run_dir: str | os.PathLike) -> RunData:
+    """Read ``config.yaml``, ``metrics.jsonl``, ``probes.jsonl`` and ``heatmaps/`` of a run directory.
+
+    Records are sorted by step, keeping the last record of a repeated step (a resumed run)."""
+    import yaml
+
+    from smallinit.probes.training import PROBES_FILE, read_heatmaps
+
+    p = Path(run_dir)
+    cfg_path = p / "config.yaml"
+    if not cfg_path.is_file():
+        raise RunDirError(f"{p}: not a run directory (no config.yaml)")
+    try:
+        config = yaml.safe_load(cfg_path.read_text()) or {}
+    except yaml.YAMLError:
+        raise RunDirError(f"{cfg_path}: not valid YAML") from None
+
+    def by_step(recs):
+        d = {}
+        for r in recs:
+            if isinstance(r.get("step"), int):
+                d[r["step"]] = r
+        return [d[k] for k in sorted(d)]
+
+    return RunData(p, config, by_step(_read_jsonl(p / "metrics.jsonl")), by_step(_read_jsonl(p / PROBES_FILE)),
+                   read_heatmaps(p))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, separators=(",", ":"))
+    return str(v)
+
+
+def run_labels(configs: list[dict[str, Any]], names: list[str] | None = None) -> list[str]:
+    """One label per run from the config keys whose values differ among the runs, e.g. ``gamma=0.5, gate=none``.
+
+    A key is shortened to its last part when that is unambiguous (``model.gamma`` → ``gamma``).
+    Runs with identical configs (or a single run) are labelled by ``names``; repeated labels get the
+    name appended.
+    """
+    from smallinit.train.config import config_diff
+
+    names = names or [f"run{i}" for i in range(len(configs))]
+    keys: set[str] = set()
+    for c in configs[1:]:
+        keys |= set(config_diff(configs[0], c))
+    keys = sorted(k for k in keys if k not in IGNORED_DIFF_KEYS)
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    short = {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
+
+    def get(c: dict, key: str):
+        node: Any = c
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    labels = [", ".join(f"{short[k]}={_fmt(get(c, k))}" for k in keys) or n for c, n in zip(configs, names)]
+    return [f"{l} ({n})" if labels.count(l) > 1 and l != n else l for l, n in zip(labels, names)]
+
+
+# ---- numbers ---------------------------------------------------------------------------------------
+
+def _nearest(records: list[dict[str, Any]], step: float) -> dict[str, Any] | None:
+    return min(records, key=lambda r: (abs(r["step"] - step), r["step"])) if records else None
+
+
+def summary_numbers(run: RunData, matrix: str = "blocks.0.attn.q") -> dict[str, Any]:
+    """Headline numbers of one run: ``matrix``'s stable rank at init, at 10% and at the end of the probed
+    steps; mean (over layers) attention-sink share and the uniform baseline at init and at the end; the
+    lowest RMSNorm saturation at the end; final training and validation loss."""
+    out: dict[str, Any] = {"label": run.label or run.name, "path": str(run.path)}
+    pr = run.probes
+    if pr:
+        last = pr[-1]
+        marks = {"init": pr[0], "10%": _nearest(pr, 0.1 * last["step"]), "end": last}
+        out["srank_matrix"] = matrix
+        out["srank"] = {k: {"step": r["step"], "value": r.get("matrices", {}).get(matrix, {}).get("srank")}
+                        for k, r in marks.items()}
+
+        def mean_sink(r):
+            vals = [l.get("sink") for l in r.get("layers", []) if l.get("sink") is not None]
+            return float(np.mean(vals)) if vals else None
+
+        out["sink"] = {"init": mean_sink(pr[0]), "end": mean_sink(last),
+                       "per_layer_end": [l.get("sink") for l in last.get("layers", [])],
+                       "uniform": last.get("uniform_sink")}
+        sats = [l[n]["saturation"] for l in last.get("layers", []) for n in ("attn_norm", "mlp_norm")
+                if isinstance(l.get(n), dict) and l[n].get("saturation") is not None]
+        if isinstance(last.get("final_norm"), dict) and last["final_norm"].get("saturation") is not None:
+            sats.append(last["final_norm"]["saturation"])
+        out["min_saturation_end"] = min(sats) if sats else None
+        out["max_act_end"] = max((l.get("max_act") or 0.0) for l in last.get("layers", [])) if last.get("layers") else None
+    if run.metrics:
+        out["final_loss"] = run.metrics[-1].get("loss")
+        vals = [m["val_loss"] for m in run.metrics if m.get("val_loss") is not None]
+        out["final_val_loss"] = vals[-1] if vals else None
+        out["steps"] = run.metrics[-1]["step"]
+    return out
+
+
+# ---- figures ---------------------------------------------------------------------------------------
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _color(i: int):
+    import matplotlib
+
+    return matplotlib.colormaps["tab10"](i % 10)
+
+
+def _grid(n: int, ncols: int = 4, w: float = 3.6, h: float = 2.8):
+    plt = _plt()
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def _margins(fig, top: float = 0.75, bottom: float = 0.5, left: float = 0.6, right: float = 0.2,
+             hspace: float = 0.6, wspace: float = 0.3) -> None:
+    """Fixed margins in inches (cheaper than tight_layout, which costs a full draw per call)."""
+    w, h = fig.get_size_inches()
+    fig.subplots_adjust(left=left / w, right=1 - right / w, top=1 - top / h, bottom=bottom / h,
+                        hspace=hspace, wspace=wspace)
+
+
+def _write(fig, path: Path) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=90)
+    _plt().close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def _save_with_legend(fig, runs: list[RunData], path: Path) -> Path:
+    """Save with one legend (a colour per run) under the panels."""
+    import textwrap
+
+    from matplotlib.lines import Line2D
+
+    labels = [textwrap.fill(r.label, 110) for r in runs]
+    ncol = min(len(runs), 3) if max(len(r.label) for r in runs) <= 40 else 1
+    lines = sum(l.count("\n") + 1 for l in labels[::ncol])
+    w, h = fig.get_size_inches()
+    legend_h = 0.2 * lines + 0.15
+    fig.set_size_inches(w, h + legend_h)
+    _margins(fig, bottom=0.5 + legend_h)
+    handles = [Line2D([], [], color=_color(i), lw=2.5) for i in range(len(runs))]
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    return _write(fig, path)
+
+
+def plot_loss(runs: list[RunData], out: Path) -> Path | None:
+    if not any(r.metrics for r in runs):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, r in enumerate(runs):
+        tr = [(m["step"], m["loss"]) for m in r.metrics if m.get("loss") is not None]
+        va = [(m["step"], m["val_loss"]) for m in r.metrics if m.get("val_loss") is not None]
+        if tr:
+            ax.plot(*zip(*tr), color=_color(i), lw=1.2, label=f"{r.label} (train)")
+        if va:
+            ax.plot(*zip(*va), color=_color(i), lw=1.5, ls="--", marker="o", ms=4, label=f"{r.label} (val)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title("Training loss (solid) and validation loss (dashed)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _margins(fig, top=0.4, bottom=0.55, left=0.75)
+    return _write(fig, out / "loss.png")
+
+
+def _kinds(runs: list[RunData]) -> list[str]:
+    from smallinit.probes.training import matrix_kind
+
+    kinds: list[str] = []
+    for r in runs:
+        for rec in r.probes:
+            for name in rec.get("matrices", {}):
+                k = matrix_kind(name)
+                if k not in kinds:
+                    kinds.append(k)
+    return kinds
+
+
+def _kind_series(run: RunData, kind: str, metric: str):
+    """steps, mean, min, max (over the layers / experts of one matrix kind) of ``metric``, and d_in."""
+    from smallinit.probes.training import matrix_kind
+
+    steps, mean, lo, hi, d_in = [], [], [], [], None
+    for rec in run.probes:
+        vals = []
+        for name, m in rec.get("matrices", {}).items():
+            if matrix_kind(name) == kind and m.get(metric) is not None:
+                vals.append(m[metric])
+                d_in = m.get("d_in", d_in)
+        if vals:
+            steps.append(rec["step"])
+            mean.append(float(np.mean(vals)))
+            lo.append(min(vals))
+            hi.append(max(vals))
+    return steps, mean, lo, hi, d_in
+
+
+def plot_matrix_metric(runs: list[RunData], out: Path, metric: str) -> Path | None:
+    """``srank.png`` (metric "srank") or ``condensation.png`` (metric "cond")."""
+    kinds = _kinds(runs)
+    if not kinds:
+        return None
+    fig, axes = _grid(len(kinds))
+    for ax, kind in zip(axes, kinds):
+        refs = set()
+        for i, r in enumerate(runs):
+            steps, mean, lo, hi, d_in = _kind_series(r, kind, metric)
+            if not steps:
+                continue
+            ax.plot(steps, mean, color=_color(i), lw=1.6)
+            ax.fill_between(steps, lo, hi, color=_color(i), alpha=0.15, lw=0)
+            if metric == "cond" and d_in:
+                refs.add(d_in)
+        for d_in in refs:
+            ax.axhline(math.sqrt(2 / (math.pi * d_in)), color="grey", ls=":", lw=1)
+        ax.set_title(kind, fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    name, title = {"srank": ("srank.png", "stable rank ||W||_F²/||W||_2² (mean over layers, band = min..max)"),
+                   "cond": ("condensation.png", "condensation index mean|C_ij| (dotted: random rows √(2/πd_in))")}[metric]
+    fig.suptitle(title, fontsize=10)
+    return _save_with_legend(fig, runs, out / name)
+
+
+def _heatmap_columns(steps: list[int], k: int = MAX_HEATMAP_COLUMNS) -> list[int]:
+    """At most ``k`` of ``steps``: always the first and last, the rest spread evenly in log(step + 1)."""
+    steps = sorted(set(steps))
+    if len(steps) <= k:
+        return steps
+    logs = np.log1p(steps)
+    targets = np.linspace(logs[0], logs[-1], k)
+    chosen = sorted({steps[int(np.argmin(np.abs(logs - t)))] for t in targets})
+    return chosen
+
+
+def plot_heatmaps(runs: list[RunData], out: Path) -> list[Path]:
+    """One ``heatmaps_<matrix>.png`` per matrix with saved heatmaps: rows = runs, columns = steps."""
+    import textwrap
+
+    plt = _plt()
+    names: list[str] = []
+    for r in runs:
+        for per in r.heatmaps.values():
+            names += [n for n in per if n not in names]
+    paths = []
+    for name in names:
+        steps = _heatmap_columns([s for r in runs for s, per in r.heatmaps.items() if name in per])
+        rows = [(i, r) for i, r in enumerate(runs) if any(name in per for per in r.heatmaps.values())]
+        labels = [textwrap.fill(r.label, 24) for _, r in rows]
+        label_in = 0.25 + 0.16 * max(l.count("\n") + 1 for l in labels)
+        cell = 1.7
+        W = label_in + cell * len(steps) + 0.9
+        H = 0.8 + cell * len(rows) + 0.1
+        fig, axes = plt.subplots(len(rows), len(steps), figsize=(W, H), squeeze=False)
+        fig.subplots_adjust(left=label_in / W, right=1 - 0.9 / W, top=1 - 0.8 / H, bottom=0.1 / H,
+                            wspace=0.08, hspace=0.08)
+        im = None
+        for ri, (run_i, r) in enumerate(rows):
+            for ci, s in enumerate(steps):
+                ax = axes[ri][ci]
+                ax.set_xticks([])
+                ax.set_yticks([])
+                h = r.heatmaps.get(s, {}).get(name)
+                if h is None:
+                    ax.set_facecolor("#eeeeee")
+                else:
+                    C = h["cos"].astype(np.float32)
+                    order = h.get("order", np.arange(C.shape[0]))
+                    im = ax.imshow(C[np.ix_(order, order)], cmap="RdBu_r", vmin=-1, vmax=1, interpolation="antialiased")
+                if ri == 0:
+                    ax.set_title(f"step {s}", fontsize=8)
+                if ci == 0:
+                    ax.set_ylabel(labels[ri], fontsize=8, color=_color(run_i))
+        if im is not None:
+            cax = fig.add_axes((1 - 0.75 / W, 0.1 / H + 0.1 * (1 - 0.9 / H), 0.12 / W, 0.8 * (1 - 0.9 / H)))
+            fig.colorbar(im, cax=cax)
+            cax.tick_params(labelsize=7)
+        fig.suptitle(f"row cosine similarity of {name}\n(rows ordered by the leading singular vector)", fontsize=9)
+        safe = name.replace("/", "_")
+        _write(fig, out / f"heatmaps_{safe}.png")
+        paths.append(out / f"heatmaps_{safe}.png")
+    return paths
+
+
+def _n_layers(runs: list[RunData]) -> int:
+    return max((len(rec.get("layers", [])) for r in runs for rec in r.probes), default=0)
+
+
+def _layer_series(run: RunData, layer: int, get) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for rec in run.probes:
+        ls = rec.get("layers", [])
+        if layer < len(ls):
+            v = get(ls[layer])
+            if v is not None:
+                xs.append(rec["step"])
+                ys.append(v)
+    return xs, ys
+
+
+def plot_sink(runs: list[RunData], out: Path) -> Path | None:
+    L = _n_layers(runs)
+    if not L:
+        return None
+    fig, axes = _grid(L, ncols=min(L, 4), w=3.4, h=2.6)
+    for layer, ax in enumerate(axes):
+        base = set()
+        top = 0.0
+        for i, r in enumerate(runs):
+            xs, ys = _layer_series(r, layer, lambda l: l.get("sink"))
+            if xs:
+                ax.plot(xs, ys, color=_color(i), lw=1.6)
+                top = max(top, max(ys))
+            base |= {rec.get("uniform_sink") for rec in r.probes if rec.get("uniform_sink") is not None}
+        for b in base:
+            ax.axhline(b, color="grey", ls="--", lw=1)
+            top = max(top, b)
+        ax.set_title(f"layer {layer}", fontsize=10)
+        ax.set_ylim(0, min(1.0, max(0.05, 1.15 * top)))
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle("attention on the first token (mean over heads, queries t≥1); dashed: uniform causal attention",
+                 fontsize=10)
+    return _save_with_legend(fig, runs, out / "sink.png")
+
+
+def plot_massive(runs: list[RunData], out: Path) -> Path | None:
+    L = _n_layers(runs)
+    if not L:
+        return None
+    fig, axes = _grid(L, ncols=min(L, 4), w=3.4, h=2.6)
+    for layer, ax in enumerate(axes):
+        for i, r in enumerate(runs):
+            xs, ys = _layer_series(r, layer, lambda l: l.get("max_act"))
+            if xs:
+                ax.plot(xs, ys, color=_color(i), lw=1.6)
+        ax.set_yscale("log")
+        ax.set_title(f"after block {layer}", fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle("massive activation: max |h| in the residual stream", fontsize=10)
+    return _save_with_legend(fig, runs, out / "massive_activation.png")
+
+
+def plot_saturation(runs: list[RunData], out: Path) -> Path | None:
+    if not any(r.probes for r in runs):
+        return None
+    plt = _plt()
+    norms = ("attn_norm", "mlp_norm", "final_norm")
+    fig, axes = plt.subplots(2, 3, figsize=(11, 5.6), squeeze=False)
+    for col, norm in enumerate(norms):
+        for row, key in enumerate(("saturation", "eps_over_ms")):
+            ax = axes[row][col]
+            for i, r in enumerate(runs):
+                xs, mean, lo, hi = [], [], [], []
+                for rec in r.probes:
+                    if norm == "final_norm":
+                        vals = [rec["final_norm"][key]] if isinstance(rec.get("final_norm"), dict) else []
+                    else:
+                        vals = [l[norm][key] for l in rec.get("layers", []) if isinstance(l.get(norm), dict)]
+                    vals = [v for v in vals if v is not None]
+                    if vals:
+                        xs.append(rec["step"])
+                        mean.append(float(np.mean(vals)))
+                        lo.append(min(vals))
+                        hi.append(max(vals))
+                if xs:
+                    ax.plot(xs, mean, color=_color(i), lw=1.6)
+                    ax.fill_between(xs, lo, hi, color=_color(i), alpha=0.15, lw=0)
+            if key == "saturation":
+                ax.set_ylim(0, 1.05)
+                ax.axhline(0.5, color="grey", ls=":", lw=1)
+                ax.set_title(f"{norm}: ms/(ms+ε)", fontsize=10)
+            else:
+                ax.set_yscale("log")
+                ax.set_title(f"{norm}: ε/ms", fontsize=10)
+            ax.set_xlabel("step", fontsize=8)
+            ax.tick_params(labelsize=8)
+            ax.grid(alpha=0.3)
+    fig.suptitle("RMSNorm saturation of the norm inputs (mean over layers, band = min..max); "
+                 "≤ 0.5 means ε dominates", fontsize=10)
+    return _save_with_legend(fig, runs, out / "saturation.png")
+
+
+def plot_flow(runs: list[RunData], out: Path) -> Path | None:
+    if not any(r.probes for r in runs):
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), squeeze=False)
+    for ax, key, title in zip(axes[0], ("flow_attn", "flow_mlp"), ("attention branch", "MLP branch")):
+        for i, r in enumerate(runs):
+            if not r.probes:
+                continue
+            for rec, ls, mk in ((r.probes[0], "--", "o"), (r.probes[-1], "-", "s")):
+                ys = [l.get(key) for l in rec.get("layers", [])]
+                pts = [(j, y) for j, y in enumerate(ys) if y is not None and y > 0]
+                if pts:
+                    ax.plot(*zip(*pts), color=_color(i), ls=ls, marker=mk, ms=4, lw=1.4)
+        ax.set_yscale("log")
+        ax.set_xlabel("layer")
+        ax.set_title(f"{title}: ||F(norm(h))|| / ||h||", fontsize=10)
+        ax.grid(alpha=0.3)
+    fig.suptitle("residual flow per layer (dashed ○: first probe, solid □: last probe)", fontsize=10)
+    return _save_with_legend(fig, runs, out / "flow.png")
+
+
+def plot_moe(runs: list[RunData], out: Path) -> Path | None:
+    if not any("moe" in rec for r in runs for rec in r.probes):
+        return None
+    fig, axes = _grid(3, ncols=3, w=3.6, h=2.8)
+    for ax, key, title in zip(axes, ("router_entropy", "dead_experts", "max_expert_fraction"),
+                              ("router entropy (nats; dotted: ln E)", "dead experts (all layers)",
+                               "busiest expert's token share")):
+        for i, r in enumerate(runs):
+            pts = [(rec["step"], rec["moe"][key]) for rec in r.probes if key in rec.get("moe", {})]
+            if pts:
+                ax.plot(*zip(*pts), color=_color(i), lw=1.6)
+            if key == "router_entropy":
+                for rec in r.probes[-1:]:
+                    if "router_entropy_max" in rec.get("moe", {}):
+                        ax.axhline(rec["moe"]["router_entropy_max"], color="grey", ls=":", lw=1)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        ax.grid(alpha=0.3)
+    return _save_with_legend(fig, runs, out / "moe.png")
+
+
+# ---- the report ------------------------------------------------------------------------------------
+
+def _num(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return html.escape(str(v))
+
+
+def write_index(out: Path, runs: list[RunData], figures: list[tuple[str, Path]]) -> Path:
+    """``index.html``: the runs, their config differences, headline numbers and every figure
+    (``<img src>`` relative to ``out``)."""
+    from smallinit.io import atomic_write_text
+    from smallinit.train.config import config_diff
+
+    keys: set[str] = set()
+    for r in runs[1:]:
+        keys |= set(config_diff(runs[0].config, r.config))
+    keys = sorted(k for k in keys if k not in IGNORED_DIFF_KEYS)
+
+    def get(c, key):
+        for part in key.split("."):
+            c = c.get(part) if isinstance(c, dict) else None
+        return c
+
+    e = html.escape
+    parts = ["<!doctype html>", "<html><head><meta charset='utf-8'><title>smallinit runs</title>",
+             "<style>body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;"
+             "margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}"
+             "img{max-width:100%;border:1px solid #ddd;margin:0.3em 0 1.5em}h2{margin-top:1.2em}"
+             ".sw{display:inline-block;width:12px;height:12px;margin-right:6px}</style></head><body>",
+             "<h1>smallinit: training runs and probes</h1>", "<h2>Runs</h2><table><tr><th>label</th><th>path</th>"
+             + "".join(f"<th>{e(k)}</th>" for k in keys)
+             + "<th>steps</th><th>final loss</th><th>final val loss</th></tr>"]
+    nums = [summary_numbers(r) for r in runs]
+    for i, (r, n) in enumerate(zip(runs, nums)):
+        rgb = "#%02x%02x%02x" % tuple(int(255 * c) for c in _color(i)[:3])
+        parts.append(f"<tr><td><span class='sw' style='background:{rgb}'></span>{e(r.label)}</td>"
+                     f"<td>{e(str(r.path))}</td>" + "".join(f"<td>{e(_fmt(get(r.config, k)))}</td>" for k in keys)
+                     + f"<td>{_num(n.get('steps'))}</td><td>{_num(n.get('final_loss'))}</td>"
+                     f"<td>{_num(n.get('final_val_loss'))}</td></tr>")
+    parts.append("</table>")
+    if any("srank" in n for n in nums):
+        parts.append("<h2>Headline numbers</h2><table><tr><th>run</th>"
+                     "<th>srank blocks.0.attn.q: init</th><th>at 10%</th><th>end</th>"
+                     "<th>sink (mean over layers): init</th><th>end</th><th>uniform baseline</th>"
+                     "<th>lowest norm saturation (end)</th><th>max |h| (end)</th></tr>")
+        for n in nums:
+            s = n.get("srank", {})
+            sk = n.get("sink", {})
+
+            def sr(k):
+                d = s.get(k) or {}
+                return f"{_num(d.get('value'))} <small>(step {_num(d.get('step'))})</small>" if d else "–"
+
+            parts.append(f"<tr><td>{e(n['label'])}</td><td>{sr('init')}</td><td>{sr('10%')}</td><td>{sr('end')}</td>"
+                         f"<td>{_num(sk.get('init'))}</td><td>{_num(sk.get('end'))}</td><td>{_num(sk.get('uniform'))}</td>"
+                         f"<td>{_num(n.get('min_saturation_end'))}</td><td>{_num(n.get('max_act_end'))}</td></tr>")
+        parts.append("</table>")
+    for title, path in figures:
+        rel = os.path.relpath(path, out)
+        parts.append(f"<h2>{e(title)}</h2><img src='{e(rel)}' alt='{e(title)}'>")
+    parts.append("</body></html>")
+    path = out / "index.html"
+    atomic_write_text(path, "\n".join(parts) + "\n")
+    return path
+
+
+def make_report(run_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
+    """Load the runs, label them by their config differences, draw every figure into ``out_dir`` and
+    write ``out_dir/index.html`` (returned)."""
+    if not run_dirs:
+        raise RunDirError("give at least one run directory")
+    runs = [load_run(d) for d in run_dirs]
+    for r, label in zip(runs, run_labels([r.config for r in runs], [r.name for r in runs])):
+        r.label = label
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    figures: list[tuple[str, Path]] = []
+
+    def add(title: str, p: Path | None) -> None:
+        if p is not None:
+            figures.append((title, p))
+
+    add("Loss", plot_loss(runs, out))
+    add("Stable rank per matrix type", plot_matrix_metric(runs, out, "srank"))
+    add("Condensation index per matrix type", plot_matrix_metric(runs, out, "cond"))
+    for p in plot_heatmaps(runs, out):
+        add(f"Row-cosine heatmaps: {p.stem[len('heatmaps_'):]}", p)
+    add("Attention sink per layer", plot_sink(runs, out))
+    add("Massive activations per layer", plot_massive(runs, out))
+    add("RMSNorm saturation per norm", plot_saturation(runs, out))
+    add("Residual flow per layer", plot_flow(runs, out))
+    add("MoE routing", plot_moe(runs, out))
+    return write_index(out, runs, figures)

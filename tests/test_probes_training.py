@@ -1,0 +1,373 @@
+"""Training-time probes: hooks leave no trace, known answers on constructed models, the TrainingProbe
+callback through real (tiny) runs, and the ``smallinit probe`` / ``smallinit plot`` verbs."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_overrides
+from smallinit.model import ModelConfig, Transformer
+from smallinit.probes import (
+    attention_sink,
+    compute_probes,
+    heatmap_arrays,
+    heatmap_steps,
+    matrix_kind,
+    named_matrices,
+    stable_rank,
+    uniform_sink_baseline,
+)
+from smallinit.probes.metrics import residual_flow
+from smallinit.probes.plots import run_labels
+
+
+def _model(**kw) -> Transformer:
+    torch.manual_seed(0)
+    base = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=16)
+    return Transformer(ModelConfig(**{**base, **kw}))
+
+
+def _idx(B: int = 2, T: int = 12, V: int = 64, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def _hook_count(model: torch.nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+# ---- compute_probes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gate", ["none", "elementwise"])
+def test_hooks_removed_and_forward_unchanged(gate):
+    model = _model(gate=gate)
+    idx = _idx()
+    before = model(idx)
+    seen = []
+    mine = model.lm_head.register_forward_hook(lambda m, a, out: seen.append(out.detach().clone()))
+    n_hooks = _hook_count(model)
+    rec = compute_probes(model, idx)
+    assert _hook_count(model) == n_hooks  # only our own hook is left
+    mine.remove()
+    assert _hook_count(model) == 0
+    assert torch.equal(seen[0], before)  # the probed forward computed exactly the model's logits
+    assert torch.equal(model(idx), before)  # and the model still does
+    assert json.loads(json.dumps(rec, allow_nan=False)) == rec  # strict JSON
+
+
+def test_hooks_removed_even_when_the_forward_fails():
+    model = _model()
+    with pytest.raises(IndexError):
+        compute_probes(model, torch.full((1, 8), 10_000))  # token id outside the vocabulary
+    assert _hook_count(model) == 0
+
+
+def test_record_matches_direct_computation():
+    model = _model(gate="headwise", tie_embeddings=False)
+    idx = _idx(T=10)
+    rec = compute_probes(model, idx, exact_srank=True)
+    assert rec["T"] == 10 and rec["batch"] == 2
+    assert rec["uniform_sink"] == pytest.approx(uniform_sink_baseline(10))
+    with torch.no_grad():
+        cos, sin = model.rope(10)
+        h = model.tok_emb(idx)
+        assert rec["emb_max_act"] == pytest.approx(float(h.abs().max()))
+        for i, b in enumerate(model.blocks):
+            lay = rec["layers"][i]
+            x = b.attn_norm(h)
+            ms = h.double().square().mean(-1)
+            assert lay["attn_norm"]["saturation"] == pytest.approx(float((ms / (ms + b.attn_norm.eps)).mean()), rel=1e-9)
+            assert lay["sink"] == pytest.approx(attention_sink(b.attn.attention_weights(x, cos, sin)), rel=1e-9)
+            a = b.attn(x, cos, sin)
+            assert lay["flow_attn"] == pytest.approx(residual_flow(a, h), rel=1e-9)
+            h = h + a
+            m = b.mlp(b.mlp_norm(h))
+            assert lay["flow_mlp"] == pytest.approx(residual_flow(m, h), rel=1e-9)
+            h = h + m
+            assert lay["max_act"] == pytest.approx(float(h.abs().max()))
+        ms = h.double().square().mean(-1)
+        assert rec["final_norm"]["saturation"] == pytest.approx(float((ms / (ms + model.norm_f.eps)).mean()), rel=1e-9)
+    names = set(rec["matrices"])
+    assert {"blocks.0.attn.q", "blocks.0.attn.k", "blocks.0.attn.v", "blocks.0.attn.gate", "blocks.0.attn.o",
+            "blocks.1.mlp.gate", "blocks.1.mlp.up", "blocks.1.mlp.down", "tok_emb", "lm_head"} <= names
+    W = named_matrices(model)["blocks.1.mlp.down"]
+    assert W.shape == (32, 64)
+    assert rec["matrices"]["blocks.1.mlp.down"]["srank"] == pytest.approx(stable_rank(W), rel=1e-6)
+    assert rec["matrices"]["blocks.1.mlp.down"]["d_in"] == 64
+
+
+def test_tied_head_is_one_matrix():
+    names = named_matrices(_model(tie_embeddings=True))
+    assert "tok_emb" in names and "lm_head" not in names
+    assert len([n for n in names if n.startswith("blocks.0.")]) == 8  # q k v gate o + gate up down
+
+
+def test_sink_of_uniform_attention_is_the_baseline_and_a_forced_sink_is_found():
+    model = _model()
+    with torch.no_grad():
+        for b in model.blocks:  # Q = 0: every score is 0, attention is uniform over the causal window
+            b.attn.matrices()["q"].zero_()
+    rec = compute_probes(model, _idx(T=12), weights=False)
+    for lay in rec["layers"]:
+        assert lay["sink"] == pytest.approx(uniform_sink_baseline(12), rel=1e-6)
+    assert "matrices" not in rec
+    # a constructed sink: token 0 is always token 7; every query looks for a feature only token 7 has.
+    # Q and K use output channel 15, the slowest RoPE pair (angle <= 12 * 1.8e-4 rad here), so RoPE does not interfere.
+    model = _model(n_heads=1)
+    with torch.no_grad():
+        emb = model.tok_emb.weight
+        emb.normal_(0, 1e-4)
+        emb[:, 1] = 0.5  # a shared feature: every query is large and positive along channel 15
+        emb[7] = 0.0
+        emb[7, 0] = 1.0  # only token 7 has feature 0: after the norm it is sqrt(32) there
+        for b in model.blocks:
+            q, k = b.attn.matrices()["q"], b.attn.matrices()["k"]
+            q.zero_()
+            k.zero_()
+            q[15, 1] = 5.0
+            k[15, 0] = 5.0
+    idx = _idx(T=12)
+    idx[idx == 7] = 8
+    idx[:, 0] = 7
+    rec = compute_probes(model, idx, weights=False)
+    assert rec["layers"][0]["sink"] > 0.99
+    idx[:, 0] = 8  # no token 7 in the window: no sink, scores are nearly equal
+    rec = compute_probes(model, idx, weights=False)
+    assert rec["layers"][0]["sink"] == pytest.approx(uniform_sink_baseline(12), rel=0.05)
+
+
+def test_saturation_large_vs_tiny_eps_on_small_init():
+    idx = _idx(T=12)
+    # γ = 1, d = 32: embeddings have std 1/32, so ms ≈ 1e-3 at the first norm
+    sats = {}
+    for eps in (1e-12, 1e-2):
+        rec = compute_probes(_model(gamma=1.0, norm_eps=eps), idx, weights=False)
+        sats[eps] = rec["layers"][0]["attn_norm"]
+        assert sats[eps]["eps"] == eps
+        ms = sats[eps]["mean_square"]
+        assert 2e-4 < ms < 5e-3
+        assert sats[eps]["eps_over_ms"] > 0
+    assert sats[1e-12]["saturation"] > 0.999999
+    assert sats[1e-2]["saturation"] < 0.2  # ε swamps the signal
+    assert sats[1e-2]["eps_over_ms"] > 2
+
+
+def test_layernorm_saturation_uses_the_variance():
+    model = _model(norm="layernorm", norm_eps=1e-3)
+    idx = _idx()
+    rec = compute_probes(model, idx, weights=False)
+    with torch.no_grad():
+        h = model.tok_emb(idx).double()
+        var = (h - h.mean(-1, keepdim=True)).square().mean(-1)
+    assert rec["layers"][0]["attn_norm"]["saturation"] == pytest.approx(float((var / (var + 1e-3)).mean()), rel=1e-6)
+
+
+def test_moe_probes_include_router_experts_and_stats():
+    pytest.importorskip("smallinit.model.moe")
+    model = _model(moe=dict(n_experts=4, top_k=2, d_expert=32, every=2))
+    idx = _idx()
+    model(idx)
+    moe = model.blocks[1].mlp
+    aux_before, stats_before = moe.aux_loss, moe.last_stats
+    rec = compute_probes(model, idx)
+    assert moe.aux_loss is aux_before and moe.last_stats is stats_before  # restored
+    assert "blocks.1.mlp.router" in rec["matrices"]
+    assert "blocks.1.mlp.expert3.down" in rec["matrices"]
+    assert "blocks.0.mlp.up" in rec["matrices"]  # dense layer
+    assert matrix_kind("blocks.1.mlp.expert3.down") == "mlp.expert.down"
+    frac = rec["moe"]["layers"]["blocks.1.mlp"]["expert_fraction"]
+    assert sum(frac) == pytest.approx(1.0)
+    assert rec["layers"][1]["flow_mlp"] > 0
+
+
+def test_matrix_kind_and_heatmap_steps():
+    assert matrix_kind("blocks.3.attn.q") == "attn.q"
+    assert matrix_kind("tok_emb") == "tok_emb"
+    assert heatmap_steps(10) == [0, 1, 2, 4, 8, 10]
+    assert heatmap_steps(8) == [0, 1, 2, 4, 8]
+    assert heatmap_steps(1) == [0, 1]
+
+
+def test_heatmap_arrays_subsample_fixed_rows():
+    W = torch.randn(300, 16, generator=torch.Generator().manual_seed(0))
+    W[:150] += 3 * torch.randn(16, generator=torch.Generator().manual_seed(1))  # one aligned block
+    a, b = heatmap_arrays(W), heatmap_arrays(W * 2)
+    assert a["cos"].shape == (256, 256) and a["cos"].dtype == np.float16
+    assert np.array_equal(a["rows"], b["rows"]) and len(set(a["rows"].tolist())) == 256
+    assert sorted(a["order"].tolist()) == list(range(256))
+    C = a["cos"].astype(np.float32)
+    assert np.allclose(np.diag(C), 1.0, atol=1e-3)
+    ordered = C[np.ix_(a["order"], a["order"])]
+    n_block = int((a["rows"] < 150).sum())
+    blk = a["order"][:n_block] if a["rows"][a["order"][0]] < 150 else a["order"][-n_block:]
+    assert (a["rows"][blk] < 150).mean() > 0.95  # the aligned rows end up together
+    assert ordered.shape == (256, 256)
+
+
+def test_run_labels_from_config_differences():
+    a = {"model": {"gamma": 1.0, "gate": "elementwise", "moe": {"every": 1}}, "probe": {"every": 5}, "train": {"progress": True}}
+    b = {"model": {"gamma": 0.5, "gate": "none", "moe": {"every": 1}}, "probe": {"every": 5}, "train": {"progress": False}}
+    assert run_labels([a, b]) == ["gamma=1, gate=elementwise", "gamma=0.5, gate=none"]
+    c = {"model": {"gamma": 1.0, "gate": "elementwise", "moe": {"every": 2}}, "probe": {"every": 10}, "train": {}}
+    assert run_labels([a, c]) == ["model.moe.every=1, probe.every=5", "model.moe.every=2, probe.every=10"]
+    assert run_labels([a, a], ["x", "y"]) == ["x", "y"]
+
+
+# ---- the callback through real runs --------------------------------------------------------------
+
+
+def _train(token_dir: Path, out: Path, **extra):
+    from smallinit.probes import TrainingProbe
+    from smallinit.train import load_config
+    from smallinit.train.loop import Trainer
+
+    cfg = load_config("tiny", tiny_overrides(token_dir, **{"train.max_steps": 10, "probe.every": 5, "train.log_every": 3,
+                                                           "train.eval_every": 10, **extra}))
+    probe = TrainingProbe(cfg.probe)
+    Trainer(cfg, out, callbacks=[probe]).run()
+    return probe
+
+
+@pytest.fixture(scope="module")
+def runs(token_dir, tmp_path_factory):
+    """Two 10-step tiny runs (γ = 1 and γ = 0.5) with probes every 5 steps."""
+    root = tmp_path_factory.mktemp("probe_runs")
+    _train(token_dir, root / "g1", **{"model.gamma": 1.0})
+    _train(token_dir, root / "g05", **{"model.gamma": 0.5})
+    return root / "g1", root / "g05"
+
+
+def _lines(run: Path) -> list[dict]:
+    return [json.loads(l) for l in (run / "probes.jsonl").read_text().splitlines()]
+
+
+def test_training_probe_writes_lines_at_the_right_steps(runs):
+    run = runs[0]
+    recs = _lines(run)
+    assert [r["step"] for r in recs] == [0, 5, 10]  # log_every=3 does not matter
+    for r in recs:
+        assert len(r["layers"]) == 2 and "blocks.0.attn.q" in r["matrices"]
+        assert r["tokens"] == r["step"] * 4 * 32
+    # step 0 is the γ = 1 initialization: stable rank of a fresh random matrix, sink near uniform
+    assert recs[0]["matrices"]["blocks.0.attn.q"]["srank"] > 2
+    assert recs[-1]["matrices"]["blocks.0.attn.q"] != recs[0]["matrices"]["blocks.0.attn.q"]  # weights moved
+    # the probe at step 10 saw the final weights: recompute from the final checkpoint
+    from smallinit.checkpoint import load_checkpoint
+
+    W = named_matrices(load_checkpoint(run, step=10))["blocks.0.mlp.down"]
+    assert recs[-1]["matrices"]["blocks.0.mlp.down"]["srank"] == pytest.approx(stable_rank(W, exact=False), rel=1e-6)
+
+
+def test_training_probe_heatmaps(runs):
+    from smallinit.probes import read_heatmaps
+
+    h = read_heatmaps(runs[0])
+    assert sorted(h) == [0, 1, 2, 4, 8, 10]
+    for per in h.values():
+        assert set(per) == {"blocks.0.attn.q", "blocks.0.mlp.up"}
+        assert per["blocks.0.attn.q"]["cos"].shape == (32, 32)
+        assert per["blocks.0.mlp.up"]["cos"].shape == (64, 64)
+    assert not np.array_equal(h[0]["blocks.0.attn.q"]["cos"], h[10]["blocks.0.attn.q"]["cos"])
+
+
+def test_resume_drops_later_probe_lines_and_rewrites_them(runs, tmp_path, token_dir):
+    from smallinit.probes import TrainingProbe
+    from smallinit.train.loop import resume
+
+    run = tmp_path / "r"
+    shutil.copytree(runs[0], run)
+    original = _lines(run)
+    shutil.rmtree(run / "checkpoints" / "step_00000010")  # a crash after step 10's probe, before its checkpoint
+    (run / "summary.json").unlink()
+    import yaml
+
+    from smallinit.train.config import config_from_dict
+
+    probe_cfg = config_from_dict(yaml.safe_load((run / "config.yaml").read_text())).probe
+    resume(run, callbacks=[TrainingProbe(probe_cfg)])
+    again = _lines(run)
+    assert [r["step"] for r in again] == [0, 5, 10]
+    for a, b in zip(original, again):
+        assert b["matrices"]["blocks.0.attn.q"]["srank"] == pytest.approx(a["matrices"]["blocks.0.attn.q"]["srank"], rel=1e-5)
+        assert b["layers"][1]["sink"] == pytest.approx(a["layers"][1]["sink"], rel=1e-5)
+    assert sorted(int(p.stem[5:]) for p in (run / "heatmaps").glob("step_*.npz")) == [0, 1, 2, 4, 8, 10]
+
+
+def test_unknown_heatmap_matrix_is_a_config_error(token_dir, tmp_path):
+    from smallinit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="probe.heatmaps"):
+        _train(token_dir, tmp_path / "bad", **{"probe.heatmaps": "[blocks.0.attn.nope]", "train.max_steps": 1})
+
+
+# ---- the verbs -----------------------------------------------------------------------------------
+
+
+def test_probe_cli_writes_json_and_prints_a_table(runs, tmp_path, capsys):
+    from smallinit.cli import main
+
+    out = tmp_path / "p.json"
+    assert main(["probe", str(runs[0]), "--ckpt", "5", "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["step"] == 5
+    assert rec["matrices"]["blocks.0.attn.q"]["srank"] == pytest.approx(
+        _lines(runs[0])[1]["matrices"]["blocks.0.attn.q"]["srank"], rel=1e-6)  # same weights, same number
+    assert rec["layers"][0]["sink"] == pytest.approx(_lines(runs[0])[1]["layers"][0]["sink"], rel=1e-5)
+    text = capsys.readouterr().out
+    assert "sink" in text and "attn.q" in text and str(out) in text
+    # default output path, latest checkpoint
+    assert main(["probe", str(runs[0])]) == 0
+    assert (runs[0] / "probe_step_00000010.json").is_file()
+
+
+def test_probe_cli_errors(runs, tmp_path, capsys):
+    from smallinit.cli import main
+
+    assert main(["probe", str(runs[0]), "--data", str(tmp_path)]) == 2
+    assert "give --data" in capsys.readouterr().err
+    assert main(["probe", str(runs[0]), "--ckpt", "7"]) == 2
+    assert "no checkpoint at step 7" in capsys.readouterr().err
+
+
+def test_plot_cli_writes_pngs_and_index(runs, tmp_path):
+    from smallinit.cli import main
+
+    out = tmp_path / "plots"
+    assert main(["plot", str(runs[0]), str(runs[1]), "--out", str(out)]) == 0
+    html = (out / "index.html").read_text()
+    srcs = re.findall(r"<img src='([^']+)'", html)
+    for name in ("loss.png", "srank.png", "condensation.png", "sink.png", "saturation.png", "flow.png",
+                 "heatmaps_blocks.0.attn.q.png", "heatmaps_blocks.0.mlp.up.png"):
+        assert name in srcs
+    for s in srcs:
+        assert not Path(s).is_absolute()
+        p = out / s
+        assert p.is_file() and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "gamma=1" in html and "gamma=0.5" in html  # labelled by the config difference
+
+
+def test_plot_cli_rejects_a_non_run(tmp_path, capsys):
+    from smallinit.cli import main
+
+    assert main(["plot", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def test_plot_of_a_run_without_probes_shows_its_loss(runs, tmp_path):
+    from smallinit.probes.plots import make_report
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in ("config.yaml", "metrics.jsonl"):
+        shutil.copy(runs[0] / f, bare / f)
+    index = make_report([bare], tmp_path / "out")
+    srcs = re.findall(r"<img src='([^']+)'", index.read_text())
+    assert srcs == ["loss.png"] and (tmp_path / "out" / "loss.png").is_file()
