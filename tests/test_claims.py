@@ -1,0 +1,141 @@
+"""Verdict rules: constructed results with a clear effect, a reversed effect and an effect inside the noise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from smallinit.experiments.claims import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Effect, combine, difference,
+                                          effect_verdict, judge_condensation, judge_effective_size,
+                                          judge_gamma_sweep, judge_lower_loss, judge_reasoning, judge_saturation,
+                                          judge_shrinking_advantage, judge_sink, judge_token_bins,
+                                          lower_is_better_effect, paired_effect, trajectory_stats)
+
+
+def test_the_rule_has_three_outcomes():
+    assert effect_verdict(Effect("x", 0.3, 0.1, 0.5)) == SUPPORTED
+    assert effect_verdict(Effect("x", -0.3, -0.5, -0.1)) == NOT_SUPPORTED
+    assert effect_verdict(Effect("x", 0.1, -0.1, 0.3)) == INCONCLUSIVE
+    assert effect_verdict(Effect("x", 0.3)) == INCONCLUSIVE  # no noise estimate: never a verdict
+    assert effect_verdict(Effect("x", 0.3, 0.1, math.inf)) == SUPPORTED
+    assert combine([SUPPORTED, SUPPORTED]) == SUPPORTED
+    assert combine([SUPPORTED, INCONCLUSIVE]) == INCONCLUSIVE
+    assert combine([SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE]) == NOT_SUPPORTED
+
+
+@pytest.mark.parametrize("variant,baseline,boot,expected", [
+    ([3.50, 3.52], [3.70, 3.71], None, SUPPORTED),           # clear: gap 0.195 > seed spread 0.02
+    ([3.80, 3.81], [3.60, 3.62], None, NOT_SUPPORTED),       # reversed, beyond the spread
+    ([3.60, 3.70], [3.64, 3.69], None, INCONCLUSIVE),        # gap 0.015 inside the spread 0.1
+    ([3.50], [3.70], 0.05, SUPPORTED),                       # one seed: the bootstrap interval decides
+    ([3.50], [3.70], 0.30, INCONCLUSIVE),
+    ([3.50], [3.70], None, INCONCLUSIVE),                    # one seed, no bootstrap: no verdict
+    ([3.50, 3.52], [3.70, 3.71], 0.5, INCONCLUSIVE),         # the larger of the two noise estimates counts
+])
+def test_lower_loss_claim(variant, baseline, boot, expected):
+    v = judge_lower_loss(variant, baseline, boot)
+    assert v.verdict == expected
+    assert v.effects[0].value == pytest.approx(np.mean(baseline) - np.mean(variant))
+
+
+def test_seed_spread_interval_is_the_largest_range():
+    e = lower_is_better_effect("l", [1.0, 1.3], [2.0, 2.1])
+    assert e.value == pytest.approx(0.9)
+    assert (e.lo, e.hi) == (pytest.approx(0.6), pytest.approx(1.2))
+
+
+def test_paired_bootstrap_over_units():
+    rng = np.random.default_rng(0)
+    base = rng.normal(0.3, 0.05, 12)
+    assert paired_effect("s", base + 0.2, base, "layers").verdict == SUPPORTED
+    assert paired_effect("s", base - 0.2, base, "layers").verdict == NOT_SUPPORTED
+    mixed = base + np.where(np.arange(12) % 2 == 0, 0.2, -0.2)
+    assert paired_effect("s", mixed, base, "layers").verdict == INCONCLUSIVE
+
+
+def test_sink_claim_three_outcomes():
+    std = [0.05, 0.06, 0.05, 0.07]
+    assert judge_sink(std, [0.4, 0.5, 0.45, 0.5], [0.05, 0.06, 0.04, 0.05]).verdict == SUPPORTED
+    assert judge_sink(std, [0.01, 0.02, 0.01, 0.02], [0.0, 0.01, 0.0, 0.01]).verdict == NOT_SUPPORTED
+    assert judge_sink(std, [0.3, 0.0, 0.2, 0.01], [0.01, 0.2, 0.01, 0.3]).verdict == INCONCLUSIVE
+
+
+def test_saturation_claim_needs_both_parts():
+    sat_big_eps = [0.3, 0.4, 0.35, 0.9]
+    sat_small_eps = [1.0, 1.0, 1.0, 1.0]
+    good_loss = Effect("loss", 0.1, 0.05, 0.15)
+    assert judge_saturation(sat_big_eps, sat_small_eps, good_loss).verdict == SUPPORTED
+    assert judge_saturation(sat_big_eps, sat_small_eps, Effect("loss", -0.1, -0.15, -0.05)).verdict == NOT_SUPPORTED
+    assert judge_saturation(sat_big_eps, sat_small_eps, Effect("loss", 0.01, -0.05, 0.07)).verdict == INCONCLUSIVE
+
+
+def test_gamma_sweep_claim():
+    hw = 0.02
+    clear = {0.25: [4.0], 0.5: [3.8], 0.75: [3.65], 1.0: [3.6], 1.25: [3.7], 1.5: [3.9]}
+    assert judge_gamma_sweep(clear, hw, hw).verdict == SUPPORTED
+    reversed_ = {0.25: [3.5], 0.5: [3.4], 0.75: [3.6], 1.0: [3.7], 1.25: [3.8], 1.5: [3.6]}
+    assert judge_gamma_sweep(reversed_, hw, hw).verdict == NOT_SUPPORTED
+    flat = {g: [3.6 + 0.005 * i] for i, g in enumerate((0.25, 0.5, 0.75, 1.0, 1.25, 1.5))}
+    assert judge_gamma_sweep(flat, hw, hw).verdict == INCONCLUSIVE
+    diverged = {**clear, 1.5: [math.inf]}
+    assert judge_gamma_sweep(diverged, hw, hw).verdict == SUPPORTED
+
+
+def test_condensation_claim():
+    assert trajectory_stats([10, 4, 2, 5]) == pytest.approx({"drop": 0.8, "rebound": 1.5})
+    rng = np.random.default_rng(1)
+    names = [f"blocks.{i}.attn.{m}" for i in range(3) for m in "qkv"]
+    flat = {n: list(10 + rng.normal(0, 0.1, 6)) for n in names}
+    cond = {n: [10, 6, 3, 2, 3, 5 + rng.normal(0, 0.1)] for n in names}
+    assert judge_condensation(cond, flat).verdict == SUPPORTED
+    assert judge_condensation(flat, cond).verdict == NOT_SUPPORTED
+    assert judge_condensation(flat, {n: list(10 + rng.normal(0, 0.1, 6)) for n in names}).verdict == INCONCLUSIVE
+
+
+def _bins(means, hw=0.01):
+    names = ["easy", "moderate", "hard", "very hard", "extreme"]
+    return [{"bin": i, "name": n, "delta_sym": {"mean": m, "ci95": [m - hw, m + hw]}} for i, (n, m) in enumerate(zip(names, means))]
+
+
+def test_token_bins_claim():
+    assert judge_token_bins(_bins([0.0, 0.05, 0.08, 0.06, 0.01])).verdict == SUPPORTED
+    assert judge_token_bins(_bins([0.10, 0.0, -0.02, 0.0, 0.12])).verdict == NOT_SUPPORTED
+    assert judge_token_bins(_bins([0.0, 0.05, 0.08, 0.06, 0.01], hw=0.2)).verdict == INCONCLUSIVE
+
+
+def test_shrinking_advantage_claim():
+    def e(v, h=0.01):
+        return Effect("A", v, v - h, v + h)
+
+    clear = judge_shrinking_advantage({1e6: e(0.2), 1e7: e(0.05)}, {1e6: e(0.2), 1e7: e(0.25)})
+    assert clear.verdict == SUPPORTED
+    rev = judge_shrinking_advantage({1e6: e(0.05), 1e7: e(0.2)}, {1e6: e(0.2), 1e7: e(0.1)})
+    assert rev.verdict == NOT_SUPPORTED
+    noisy = judge_shrinking_advantage({1e6: e(0.2, 0.3), 1e7: e(0.05, 0.3)}, {1e6: e(0.2, 0.3), 1e7: e(0.25, 0.3)})
+    assert noisy.verdict == INCONCLUSIVE
+    assert difference("d", e(0.3, 0.03), e(0.1, 0.04)).hi == pytest.approx(0.25)
+
+
+def test_effective_size_claim():
+    E, A, alpha = 2.0, 50.0, 0.3
+    Ns = [1e5, 1e6, 1e7]
+    base = [(n, E + A * n ** -alpha) for n in Ns]
+    better = [(1e7, E + A * (2e7) ** -alpha, 0.005)]  # worth twice the size
+    v = judge_effective_size(base, better)
+    assert v.verdict == SUPPORTED and v.numbers["variants"][-1]["gain"] == pytest.approx(1.0, rel=1e-3)
+    worse = [(1e7, E + A * (5e6) ** -alpha, 0.005)]
+    assert judge_effective_size(base, worse).verdict == NOT_SUPPORTED
+    noisy = [(1e7, E + A * (1.05e7) ** -alpha, 0.05)]
+    assert judge_effective_size(base, noisy).verdict == INCONCLUSIVE
+    assert judge_effective_size(base[:2], better).verdict == INCONCLUSIVE  # fewer than 3 sizes: no fit
+
+
+def test_reasoning_claim():
+    ones, zeros = [1] * 900 + [0] * 100, [1] * 100 + [0] * 900
+    assert judge_reasoning([0.9], [0.1], ones, zeros).verdict == SUPPORTED
+    assert judge_reasoning([0.1], [0.9], zeros, ones).verdict == NOT_SUPPORTED
+    half_a, half_b = [1, 0] * 20, [0, 1] * 20
+    assert judge_reasoning([0.5], [0.5], half_a, half_b).verdict == INCONCLUSIVE
+    assert judge_reasoning([0.9, 0.2], [0.1, 0.3]).verdict == INCONCLUSIVE  # gap inside the seed spread

@@ -1,0 +1,101 @@
+"""smallinit reproduce: the hidden fixture-sized preset end to end (claims.json, report.md, index.html whose every
+image and link exists), resumption, and the dry-run plans of the public presets."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from smallinit.experiments.claims import CLAIMS, NOT_RUN, VERDICTS
+from smallinit.experiments.reproduce import DEMO, claim_arms, get_preset, reproduce
+
+
+class _Refs(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.refs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        for k, v in attrs:
+            if k in ("src", "href") and v:
+                self.refs.append(v)
+
+
+@pytest.fixture(scope="module")
+def test_report(tmp_path_factory, token_dir):
+    out = tmp_path_factory.mktemp("repro") / "out"
+    logs: list[str] = []
+    results = reproduce("test", out, token_dir, log=logs.append)
+    return out, results, logs
+
+
+@pytest.mark.timeout(300)
+def test_reproduce_writes_claims_and_a_self_contained_report(test_report):
+    out, results, logs = test_report
+    data = json.loads((out / "claims.json").read_text())
+    assert [c["id"] for c in data["claims"]] == list(CLAIMS)
+    assert all(c["verdict"] in VERDICTS for c in data["claims"])
+    assert all(c["verdict"] != NOT_RUN for c in data["claims"])  # the test preset runs every claim
+    # verdicts follow from the recorded effects (never hand-written): a supported claim has every part above 0
+    for c in data["claims"]:
+        if c["verdict"] == "supported":
+            assert c["effects"] and all(e["lo"] is not None and e["lo"] > 0 for e in c["effects"]
+                                        if e["label"][:3] in ("(a)", "(b)") or len(c["effects"]) == 1)
+
+    html = (out / "index.html").read_text()
+    p = _Refs()
+    p.feed(html)
+    assert p.refs, "the report shows no plots"
+    for ref in p.refs:
+        assert not re.match(r"^[a-z]+://", ref) and not ref.startswith("/"), f"non-relative reference {ref}"
+        assert (out / ref.split("#")[0]).is_file(), f"index.html references a missing file: {ref}"
+    md = (out / "report.md").read_text()
+    for ref in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
+        assert (out / ref).is_file(), f"report.md references a missing file: {ref}"
+    for cid in CLAIMS:
+        assert f"Claim {cid}:" in md
+    # learning-rate selection is shown, one row per (arm, lr)
+    assert "chosen" in md and "lr_sweep.png" in html
+    # the regime table states tokens per parameter beside the paper's
+    assert "tokens/param" in md and "~1T" in md
+    # progress display numbered over both phases
+    assert any(re.search(r"\] 1/\d+ start", l) for l in logs)
+    assert any("phase 2/2" in l for l in logs)
+
+
+@pytest.mark.timeout(300)
+def test_rerun_resumes_without_training_again(test_report, token_dir):
+    out, results, _ = test_report
+    runs = sorted((out / "runs").glob("*/summary.json"))
+    mtimes = {p: p.stat().st_mtime_ns for p in runs}
+    logs: list[str] = []
+    again = reproduce("test", out, token_dir, log=logs.append)
+    assert [c["verdict"] for c in again] == [c["verdict"] for c in results]
+    assert {p: p.stat().st_mtime_ns for p in runs} == mtimes
+    assert not any(" start " in l for l in logs), "a finished run was started again"
+
+
+def test_gpu_dry_run_prints_the_plan_and_its_cost(tmp_path, capsys):
+    reproduce("gpu", tmp_path / "gpu", log=print, dry_run=True)
+    text = capsys.readouterr().out
+    assert "phase 1:" in text and "phase 2:" in text and "device-hours" in text
+    assert "1.5b-g1-e1e-12-elementwise-lr0.003-s0" in text  # paper-sized runs, named by their setting
+    assert "0.5b-moe-g1-e1e-12-elementwise" in text          # claim 10's MoE
+    assert not (tmp_path / "gpu" / "runs").exists()            # nothing ran
+
+
+def test_demo_plan_covers_its_claims_with_four_models():
+    arms = claim_arms(DEMO)
+    assert sorted(arms) == [1, 4, 6, 7, 9]
+    unique = {a for roles in arms.values() for a in roles.values()}
+    assert len(unique) == 4  # baseline, paper, and γ 0.5 / 1 without the gate (ε = 1e-12)
+    cpu = get_preset("cpu")
+    assert sorted(claim_arms(cpu)) == list(CLAIMS)
+    assert len(cpu.lrs) >= 3 and cpu.n_seeds(1) == 2 and cpu.n_seeds(9) == 2
+    main = cpu.sizes[cpu.main_size]["model.d_model"]
+    assert main >= 512  # claims 1, 2, 3, 5 include d_model >= 512
+    assert get_preset("demo", seeds=3).n_seeds(1) == 3
