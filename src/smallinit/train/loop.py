@@ -289,7 +289,13 @@ class Trainer:
         if self.dist.enabled:
             torch.distributed.all_reduce(total)
         self.wrapped.train()
-        return (total[0] / total[1].clamp(min=1)).item()
+        if total[1].item() == 0:
+            from smallinit.errors import DataError
+
+            raise DataError(f"the validation split of {c.data.path} has no windows for batches "
+                            f"{skip_batches}..{skip_batches + n - 1} at seq_len {c.data.seq_len}; "
+                            "lower data.val_batches / data.tune_batches or prepare a larger --val-fraction")
+        return (total[0] / total[1]).item()
 
     def _micro_step_context(self, last: bool):
         if last or not self.dist.enabled:
