@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(VPY) -m pytest -q -p no:cacheprovider
+	$(VPY) -m pytest -p no:cacheprovider
 
 demo: $(STAMP)
 	$(VPY) -m smallinit reproduce --preset demo --out $(DEMO) --corpus $(DATA)

@@ -406,6 +406,9 @@ class TrainingProbe:
 
         with torch.device("meta"):
             names = named_matrices(Transformer(trainer.model_cfg))
+        # a MoE block has no dense `mlp.up`: the default heatmap of it maps to its first expert's
+        self.heatmaps = [n.replace(".mlp.up", ".mlp.expert0.up") if n not in names
+                         and n.replace(".mlp.up", ".mlp.expert0.up") in names else n for n in self.heatmaps]
         unknown = [n for n in self.heatmaps if n not in names]
         if unknown:
             raise ConfigError(f"probe.heatmaps: unknown matrix {unknown[0]!r}; this model has e.g. "
