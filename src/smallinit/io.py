@@ -57,3 +57,30 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while b := f.read(chunk):
             h.update(b)
     return h.hexdigest()
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, ±inf) replaced by None, so it serializes as strict JSON."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Records of a JSON-lines file (a torn or malformed line is skipped); [] when the file is absent."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out

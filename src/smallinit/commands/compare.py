@@ -175,14 +175,7 @@ def plot_scatter(loss_a: Any, loss_b: Any, path: Path, seed: int = 0, max_points
 
 # ---- the verb ----------------------------------------------------------------------------------------
 
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
+from smallinit.io import json_safe as _finite  # noqa: E402  (shared helper)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -81,14 +81,7 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
         raise
 
 
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
+from smallinit.io import json_safe as _finite  # noqa: E402  (shared helper)
 
 
 def _device(name: str) -> str:

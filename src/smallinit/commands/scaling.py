@@ -226,14 +226,7 @@ def report(res: dict) -> str:
     return "\n".join(lines)
 
 
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
+from smallinit.io import json_safe as _finite  # noqa: E402  (shared helper)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -299,18 +299,7 @@ def run_state(run_dir: str | os.PathLike) -> str:
     return "new"
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Records of a JSON-lines file (a torn last line is skipped); [] when absent."""
-    p = Path(path)
-    if not p.is_file():
-        return []
-    out = []
-    for line in p.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+from smallinit.io import read_jsonl  # noqa: E402,F401  (re-exported for callers)
 
 
 def last_step(run_dir: Path) -> int:

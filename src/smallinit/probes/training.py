@@ -341,16 +341,9 @@ def read_heatmaps(run_dir: str | Path) -> dict[int, dict[str, dict[str, np.ndarr
 
 def read_probes(run_dir: str | Path) -> list[dict[str, Any]]:
     """The records of ``RUN_DIR/probes.jsonl`` in file order (a torn last line is skipped)."""
-    p = Path(run_dir) / PROBES_FILE
-    if not p.is_file():
-        return []
-    out = []
-    for line in p.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    from smallinit.io import read_jsonl
+
+    return read_jsonl(Path(run_dir) / PROBES_FILE)
 
 
 # ---- the callback --------------------------------------------------------------------------------
