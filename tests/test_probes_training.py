@@ -4,7 +4,6 @@ callback through real (tiny) runs, and the ``smallinit probe`` / ``smallinit plo
 from __future__ import annotations
 
 import json
-import math
 import re
 import shutil
 from pathlib import Path

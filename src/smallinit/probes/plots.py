@@ -57,24 +57,13 @@ class RunData:
         return self.path.name or str(self.path)
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # torn last line
-    return out
-
-
 def load_run(run_dir: str | os.PathLike) -> RunData:
     """Read ``config.yaml``, ``metrics.jsonl``, ``probes.jsonl`` and ``heatmaps/`` of a run directory.
 
     Records are sorted by step, keeping the last record of a repeated step (a resumed run)."""
     import yaml
 
+    from smallinit.io import read_jsonl
     from smallinit.probes.training import PROBES_FILE, read_heatmaps
 
     p = Path(run_dir)
@@ -93,7 +82,7 @@ def load_run(run_dir: str | os.PathLike) -> RunData:
                 d[r["step"]] = r
         return [d[k] for k in sorted(d)]
 
-    return RunData(p, config, by_step(_read_jsonl(p / "metrics.jsonl")), by_step(_read_jsonl(p / PROBES_FILE)),
+    return RunData(p, config, by_step(read_jsonl(p / "metrics.jsonl")), by_step(read_jsonl(p / PROBES_FILE)),
                    read_heatmaps(p))
 
 

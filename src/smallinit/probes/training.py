@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from smallinit.io import json_safe
 from smallinit.probes.metrics import (
     attention_sink,
     condensation_index,
@@ -112,21 +112,6 @@ def matrix_kind(name: str) -> str:
         parts = parts[2:]
     parts = ["expert" if p.startswith("expert") and p[6:].isdigit() else p for p in parts]
     return ".".join(parts)
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-
-def _clean(obj: Any) -> Any:
-    """JSON-safe copy: non-finite floats → None, tuples → lists."""
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, float):
-        return _finite(obj)
-    return obj
 
 
 def _weight_probes(model: nn.Module, exact_srank: bool) -> dict[str, dict[str, Any]]:
@@ -251,7 +236,7 @@ def compute_probes(model: nn.Module, idx: torch.Tensor, *, exact_srank: bool = F
     if moe:
         record["moe"] = moe
     record["seconds_activations"] = t_act
-    return _clean(record)
+    return json_safe(record)
 
 
 def probe_batch(val_tokens: np.ndarray, seq_len: int, batch_size: int, bos_id: int | None = None) -> torch.Tensor:

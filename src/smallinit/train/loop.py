@@ -225,6 +225,8 @@ class Trainer:
         set_optimizer_state_dict(self.model, self.optimizer, data["optim"]["optimizer"], options=opts)
         torch.set_rng_state(data["optim"]["rng_cpu"])
         self.step = int(data["state"]["step"])
+        self._wall_before = float(data["state"].get("wall_time", 0.0))  # wall time accumulates across resumes
+        self._t_start = time.time()
         self._truncate_metrics(self.step)
 
     def _truncate_metrics(self, step: int) -> None:
