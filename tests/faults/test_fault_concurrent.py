@@ -29,7 +29,9 @@ class PauseAt:
 
     def on_step_end(self, trainer, step, record):
         if step == self.step:
-            self.paused.write_text(str(os.getpid()))
+            tmp = self.paused.with_suffix(".tmp")  # rename: the waiter never sees an empty file
+            tmp.write_text(str(os.getpid()))
+            os.replace(tmp, self.paused)
             deadline = time.time() + 150
             while not self.go.exists():
                 if time.time() > deadline:
