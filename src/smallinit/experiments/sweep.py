@@ -93,17 +93,9 @@ class SweepSpec:
 
 def set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
     """d[a][b][c] = value for key "a.b.c" (creating sections); the value is parsed like a CLI override."""
-    from smallinit.train.config import parse_value
+    from smallinit.train.config import parse_value, set_dotted
 
-    parts = key.split(".")
-    if len(parts) < 2 or not all(parts):
-        raise ConfigError(f"sweep key {key!r} must be dotted, like model.gamma")
-    node = d
-    for p in parts[:-1]:
-        node = node.setdefault(p, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"sweep key {key!r}: {p!r} is not a section")
-    node[parts[-1]] = parse_value(value) if isinstance(value, str) else value
+    set_dotted(d, key, parse_value(value) if isinstance(value, str) else value, what="sweep key")
 
 
 def _override_map(value: Any, where: str) -> dict[str, Any]:

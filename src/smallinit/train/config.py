@@ -266,17 +266,21 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like section.key=value")
         key, _, raw = item.partition("=")
-        key = key.strip()
-        parts = key.split(".")
-        if len(parts) < 2 or not all(parts):
-            raise ConfigError(f"override key {key!r} must be dotted, like model.gamma")
-        node = d
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override key {key!r}: {p!r} is not a section")
-        node[parts[-1]] = parse_value(raw)
+        set_dotted(d, key.strip(), parse_value(raw), what="override key")
     return d
+
+
+def set_dotted(d: dict[str, Any], key: str, value: Any, what: str = "key") -> None:
+    """d[a][b][c] = value for the dotted key "a.b.c", creating sections; ConfigError names a bad key."""
+    parts = key.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise ConfigError(f"{what} {key!r} must be dotted, like model.gamma")
+    node = d
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{what} {key!r}: {p!r} is not a section")
+    node[parts[-1]] = value
 
 
 def preset_names() -> list[str]:
