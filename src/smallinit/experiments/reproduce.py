@@ -136,10 +136,13 @@ DEMO = Preset(
     jobs=2,
 )
 
+CPU_STEPS = 240
+"""Steps per `cpu` run: 27 d512 runs of 240 steps (plus the smaller widths) fill the 2-hour budget on 2 cores."""
+
 CPU = Preset(
     name="cpu",
     budget="≤ 2 hours on a 2-core CPU",
-    description=("widths 128/256/512 at depth 2, ~0.4M tokens per run; learning rate swept over 3 values for "
+    description=("widths 128/256/512 at depth 2, ~0.25M tokens per run (240 steps of 8×128); learning rate swept over 3 values for "
                  "every arm, chosen on tune_loss; 2 seeds for claims 1 and 9"),
     claims=tuple(range(1, 11)),
     base={"model": {"preset": "tiny", "max_seq_len": 128},
@@ -147,9 +150,9 @@ CPU = Preset(
           "optim": {"warmup_steps": 30},
           "train": {"batch_size": 8, "log_every": 10, "eval_every": 100, "ckpt_every": 100, "keep_ckpts": 1},
           "probe": {"every": 25}},
-    sizes={"d128": _shape(128, 2, 2, 384, 400), "d256": _shape(256, 2, 4, 704, 400),
-           "d512": _shape(512, 2, 8, 1408, 400),
-           "d128-moe": _shape(128, 2, 2, 384, 400, **{"model.moe.n_experts": 4, "model.moe.top_k": 2,
+    sizes={"d128": _shape(128, 2, 2, 384, CPU_STEPS), "d256": _shape(256, 2, 4, 704, CPU_STEPS),
+           "d512": _shape(512, 2, 8, 1408, CPU_STEPS),
+           "d128-moe": _shape(128, 2, 2, 384, CPU_STEPS, **{"model.moe.n_experts": 4, "model.moe.top_k": 2,
                                                        "model.moe.d_expert": 192, "probe.heatmaps": ["blocks.0.attn.q"]})},
     main_size="d512", probe_size="d128", shrink_sizes=("d128", "d256", "d512"),
     scaling_sizes=("d128", "d256", "d512"), moe_size="d128-moe",
