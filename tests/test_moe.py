@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from smallinit.init import gamma_init
 from smallinit.model import ModelConfig, Transformer
-from smallinit.model.moe import MoE, load_balancing_loss, moe_stats, router_z_loss
+from smallinit.model.moe import MoE, load_balancing_loss, moe_stats, router_z_loss, update_expert_bias
 
 D, E, DE = 16, 4, 8
 
@@ -34,7 +34,9 @@ def reference(m: MoE, x: torch.Tensor) -> torch.Tensor:
     for t in range(xf.shape[0]):
         xt = xf[t]
         p = torch.softmax(m.router.weight @ xt, dim=-1)
-        top_p, top_e = torch.topk(p, m.top_k)
+        bias = m.expert_bias if m.bias_update_rate > 0 else torch.zeros_like(p)
+        top_e = torch.topk(p + bias, m.top_k).indices  # the bias steers the choice only
+        top_p = p[top_e]
         y = torch.zeros_like(xt)
         for w, e in zip(top_p / top_p.sum(), top_e.tolist()):
             g = xt @ m.w_gate_up[e, :, :m.d_expert]
@@ -307,3 +309,68 @@ def test_bad_moe_config_names_the_field(field, value):
     moe = {**dict(n_experts=E, top_k=2, d_expert=DE), field: value}
     with pytest.raises(ValueError, match=f"moe.{field}"):
         ModelConfig(vocab_size=64, d_model=D, n_layers=2, n_heads=2, d_ff=24, max_seq_len=16, moe=moe)
+
+
+# ---- auxiliary-loss-free balancing (moe.bias_update_rate) ----------------------------------------------------
+
+def test_expert_bias_steers_the_choice_but_not_the_weights():
+    m = make_moe(top_k=2, bias_update_rate=1e-3)
+    with torch.no_grad():
+        m.expert_bias.copy_(torch.tensor([0.0, 0.0, 0.0, 10.0]))  # expert 3 always chosen
+    x = torch.randn(3, 5, D)
+    out = m(x)
+    assert m.last_stats["expert_fraction"][3] == pytest.approx(0.5)  # one of the two slots of every token
+    torch.testing.assert_close(out, reference(m, x), rtol=1e-5, atol=1e-6)
+    assert "expert_bias" in m.state_dict() and "tokens_per_expert" not in m.state_dict()
+    assert "expert_bias" not in make_moe(top_k=2).state_dict()  # off by default: state dicts unchanged
+
+
+def collapsed_router(rate: float) -> tuple[MoE, torch.Tensor]:
+    """Every token of x prefers expert 0 (router weights along the tokens' shared mean direction)."""
+    m = make_moe(top_k=1, bias_update_rate=rate)
+    torch.manual_seed(1)
+    mean = torch.randn(D)
+    x = mean + 0.3 * torch.randn(256, D)
+    with torch.no_grad():
+        m.router.weight.zero_()
+        m.router.weight[0] = mean / mean.norm() * 0.5
+        m.router.weight += 0.05 * torch.randn(E, D)
+    return m, x
+
+
+def test_bias_updates_revive_dead_experts():
+    m, x = collapsed_router(0.005)
+    m(x)
+    assert moe_stats(m)["dead_experts"] == E - 1  # the constructed collapse
+    m.tokens_per_expert.zero_()
+    for _ in range(100):  # training-mode forwards with grad enabled count the assignments
+        m(x)
+        update_expert_bias(m)
+    assert m.tokens_per_expert.sum() == 0  # reset after each update
+    assert abs(float(m.expert_bias.sum())) < 1e-5  # centred
+    # sign updates balance up to a limit cycle of amplitude ~rate: no dead expert at any step, and balanced
+    # on average over the cycle
+    mean_fraction = torch.zeros(E)
+    for _ in range(50):
+        m(x)
+        update_expert_bias(m)
+        assert moe_stats(m)["dead_experts"] == 0
+        mean_fraction += m.last_stats["expert_fraction"] / 50
+    assert mean_fraction.min() > 0.15 and mean_fraction.max() < 0.35, mean_fraction
+    still, x = collapsed_router(0.0)  # without the bias nothing moves
+    for _ in range(5):
+        still(x)
+    assert moe_stats(still)["dead_experts"] == E - 1
+
+
+def test_bias_update_counts_only_training_forwards():
+    m, x = collapsed_router(0.02)
+    with torch.no_grad():
+        m(x)
+    m.eval()
+    m(x)
+    assert m.tokens_per_expert.sum() == 0
+    m.train()
+    m(x)
+    assert m.tokens_per_expert.sum() == x.shape[0]  # top_k = 1: one assignment per token
+    update_expert_bias(Transformer(tiny_cfg()))  # a model without the option: a no-op

@@ -58,8 +58,13 @@ def test_keep_ckpts_prunes_old(tiny_cfg, tmp_path):
     assert [c.name for c in list_checkpoints(tmp_path / "r")] == ["step_00000010", "step_00000015"]
 
 
-def test_resume_in_process_is_bit_identical(tiny_cfg, tmp_path):
-    full = tiny_cfg(**{"train.max_steps": 20})
+MOE_WITH_BIAS = {"model.moe.n_experts": 4, "model.moe.top_k": 2, "model.moe.d_expert": 32,
+                 "model.moe.bias_update_rate": 0.01}
+
+
+@pytest.mark.parametrize("extra", [{}, MOE_WITH_BIAS], ids=["dense", "moe-bias"])
+def test_resume_in_process_is_bit_identical(tiny_cfg, tmp_path, extra):
+    full = tiny_cfg(**{"train.max_steps": 20}, **extra)
     train(full, tmp_path / "full")
     class Crash:
         def on_step_end(self, trainer, step, record):
@@ -67,7 +72,7 @@ def test_resume_in_process_is_bit_identical(tiny_cfg, tmp_path):
                 raise RuntimeError("simulated crash")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(tiny_cfg(**{"train.max_steps": 20}), tmp_path / "part", callbacks=[Crash()])
+        train(tiny_cfg(**{"train.max_steps": 20}, **extra), tmp_path / "part", callbacks=[Crash()])
     assert max(losses(tmp_path / "part")) == 11  # the step-12 record was never written
     resume(tmp_path / "part")
     a, b = losses(tmp_path / "full"), losses(tmp_path / "part")
@@ -75,6 +80,8 @@ def test_resume_in_process_is_bit_identical(tiny_cfg, tmp_path):
     wa = load_checkpoint(tmp_path / "full").state_dict()
     wb = load_checkpoint(tmp_path / "part").state_dict()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    if extra:  # the expert bias moved, and is part of the checkpointed state
+        assert any(k.endswith("expert_bias") and wa[k].abs().sum() > 0 for k in wa)
 
 
 def _train_cmd(out: Path, token_dir: Path, **extra) -> list[str]:

@@ -34,6 +34,10 @@ class MoEConfig:
     """Weight of the router z-loss (mean squared log-sum-exp of router logits)."""
     router: str = "softmax"
     """Router type: "softmax" top-k with weights renormalized over the chosen experts."""
+    bias_update_rate: float = 0.0
+    """Auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias b is added to the router probabilities
+    for the top-k *choice* only (the mixing weights stay p), and after every optimizer step
+    b_e += rate · sign(mean_e' c_e' − c_e), centred, with c the assignments counted in that step. 0 = off."""
 
     @property
     def enabled(self) -> bool:
@@ -134,7 +138,7 @@ class ModelConfig:
                 bad("moe.every", f"must be >= 1, got {m.every}")
             if m.router not in ROUTERS:
                 bad("moe.router", f"unknown router {m.router!r}; choose one of {', '.join(ROUTERS)}")
-            for name in ("aux_loss_coef", "z_loss_coef"):
+            for name in ("aux_loss_coef", "z_loss_coef", "bias_update_rate"):
                 v = getattr(m, name)
                 if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                     bad(f"moe.{name}", f"must be a finite number >= 0, got {v!r}")

@@ -29,6 +29,16 @@ Auxiliary losses of one MoE layer (this project's definitions; the README quotes
     ``self.aux_loss = aux_loss_coef · LB + z_loss_coef · Z``   (a 0-dim tensor, set on every forward,
     in training and in eval mode alike)
 
+Optional auxiliary-loss-free balancing (``moe.bias_update_rate`` > 0, DeepSeek-V3 / torchtitan style):
+
+    S_t = top-k of (p_t + b) instead of p_t;   w_t,e = p_t,e / Σ_{e'∈S_t} p_t,e'   (b only steers the choice)
+    after each optimizer step (:func:`update_expert_bias`):  Δ_e = rate · sign(mean(c) − c_e),
+    b += Δ − mean(Δ),  with c_e the assignments to e counted in training forwards since the last update.
+
+Under small initialization the first Adam updates of the router are nearly rank one (the mean hidden
+state's direction) and dwarf its σ = 1/d_model init, so every token briefly prefers the same experts;
+the bias undoes that within a few steps where the load-balancing loss alone takes hundreds.
+
 With top_k = 1 the renormalized weight is always 1, so the router receives no gradient from the
 language-model loss, only from the auxiliary losses (as in Mixtral-style renormalization; Switch
 Transformer instead scales by the unnormalized p). Use top_k ≥ 2 for a router trained by the LM loss.
@@ -105,6 +115,10 @@ class MoE(nn.Module):
         self.d_expert = m.d_expert or config.d_ff
         self.aux_loss_coef = m.aux_loss_coef
         self.z_loss_coef = m.z_loss_coef
+        self.bias_update_rate = m.bias_update_rate
+        if self.bias_update_rate > 0:  # checkpointed with the weights; the counts live for one step only
+            self.register_buffer("expert_bias", torch.zeros(m.n_experts))
+            self.register_buffer("tokens_per_expert", torch.zeros(m.n_experts), persistent=False)
         self.router = nn.Linear(config.d_model, m.n_experts, bias=False)
         self.w_gate_up = nn.Parameter(torch.empty(m.n_experts, config.d_model, 2 * self.d_expert))
         self.w_down = nn.Parameter(torch.empty(m.n_experts, self.d_expert, config.d_model))
@@ -189,13 +203,20 @@ class MoE(nn.Module):
 
         logits = self.router(xf).float()  # (N, E)
         probs = logits.softmax(dim=-1)
-        top_p, top_e = probs.topk(k, dim=-1)  # (N, k)
+        if self.bias_update_rate > 0:
+            top_e = (probs + self.expert_bias).topk(k, dim=-1).indices  # the bias steers the choice only
+            top_p = probs.gather(-1, top_e)
+        else:
+            top_p, top_e = probs.topk(k, dim=-1)  # (N, k)
         top_w = top_p / top_p.sum(dim=-1, keepdim=True)
 
         flat_e = top_e.reshape(-1)  # assignment a = t·k + slot
         order = torch.argsort(flat_e, stable=True)
         token = order // k  # token of each sorted assignment
         counts = expert_counts(flat_e, E)
+        if self.bias_update_rate > 0 and self.training and torch.is_grad_enabled():
+            with torch.no_grad():
+                self.tokens_per_expert += counts.to(self.tokens_per_expert.dtype)
 
         dev = x.device.type
         autocast = torch.amp.is_autocast_available(dev) and torch.is_autocast_enabled(dev)
@@ -220,6 +241,23 @@ class MoE(nn.Module):
                 "tokens": torch.tensor(N),
             }
         return y.reshape(shape)
+
+
+@torch.no_grad()
+def update_expert_bias(model: nn.Module) -> None:
+    """After an optimizer step: b += Δ − mean(Δ), Δ_e = rate · sign(mean(c) − c_e), for every MoE layer with
+    ``bias_update_rate`` > 0; c = its assignment counts since the last call (summed over ranks when
+    torch.distributed is initialized, so every rank applies the same bias), then reset. A no-op for other models."""
+    layers = [m for m in model.modules() if isinstance(m, MoE) and m.bias_update_rate > 0]
+    if not layers:
+        return
+    counts = torch.stack([m.tokens_per_expert for m in layers])  # (layers, E)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(counts)
+    for m, c in zip(layers, counts):
+        delta = m.bias_update_rate * torch.sign(c.mean() - c)
+        m.expert_bias += delta - delta.mean()
+        m.tokens_per_expert.zero_()
 
 
 def moe_stats(model: nn.Module) -> dict:

@@ -32,6 +32,7 @@ from smallinit.checkpoint import (latest_good_checkpoint, list_checkpoints, read
 from smallinit.errors import CheckpointError, ConfigError, DivergenceError, RunDirError
 from smallinit.io import atomic_write_json, atomic_write_text
 from smallinit.model import ModelConfig, Transformer
+from smallinit.model.moe import update_expert_bias
 from smallinit.train import distributed as dist_utils
 from smallinit.train.config import RunConfig, config_from_dict, save_config
 from smallinit.train.schedule import lr_at
@@ -346,6 +347,7 @@ class Trainer:
                                   f"stopped before the optimizer step; the last good checkpoint is kept")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        update_expert_bias(self.model)  # MoE aux-loss-free balancing (a no-op unless moe.bias_update_rate > 0)
         self.step += 1
         return {"loss": loss_v, "grad_norm": gn, "lr": lr, "aux_loss": aux_v}
 
