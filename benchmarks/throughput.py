@@ -52,7 +52,7 @@ def time_training(cfg: ModelConfig, seq_len: int, batch: int, dtype: str, compil
                   warmup: int = 2) -> dict:
     torch.manual_seed(0)
     model = Transformer(cfg)
-    opt = torch.optim.AdamW(param_groups(model, 0.1, False), lr=1e-3, foreach=True)
+    opt = torch.optim.AdamW(param_groups(model, 0.1, False), lr=1e-3, fused=True)  # as the Trainer
     fwd = torch.compile(model) if compile_ else model
     x = torch.randint(0, cfg.vocab_size, (batch, seq_len))
     y = torch.randint(0, cfg.vocab_size, (batch, seq_len))

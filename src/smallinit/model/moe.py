@@ -35,9 +35,10 @@ Optional auxiliary-loss-free balancing (``moe.bias_update_rate`` > 0, DeepSeek-V
     after each optimizer step (:func:`update_expert_bias`):  Δ_e = rate · sign(mean(c) − c_e),
     b += Δ − mean(Δ),  with c_e the assignments to e counted in training forwards since the last update.
 
-Under small initialization the first Adam updates of the router are nearly rank one (the mean hidden
-state's direction) and dwarf its σ = 1/d_model init, so every token briefly prefers the same experts;
-the bias undoes that within a few steps where the load-balancing loss alone takes hundreds.
+What it does not fix (measured, benchmarks/moe_dead_experts.py): under γ = 1 the hidden states that reach
+the routers of layers ≥ 1 condense early in training (mean pairwise cosine between tokens ≈ 0.9 at step 20
+of `small-moe`), so every token prefers the same experts whatever the router; a bias can only move all of
+them together, and the transient dead experts of that phase remain (they are gone once the states expand).
 
 With top_k = 1 the renormalized weight is always 1, so the router receives no gradient from the
 language-model loss, only from the auxiliary losses (as in Mixtral-style renormalization; Switch
