@@ -24,11 +24,19 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def umask() -> int:
+    """The process's file-creation mask (read without changing it)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes it 0600; the file gets the permissions open() would give
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

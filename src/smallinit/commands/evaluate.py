@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from smallinit.io import atomic_write_text, json_safe
 
 HELP = "evaluate a checkpoint on benchmarks (HellaSwag, ARC, CMMLU, LAMBADA, BLiMP, GSM8K, MATH500, YAML tasks)"
 
@@ -65,23 +64,10 @@ def evaluate(
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to a temporary file beside ``path``, then rename it into place.
-    Non-finite floats become null (strict JSON)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(_finite(obj), f, indent=1, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``obj`` as JSON atomically (temporary file + rename); non-finite floats become null (strict JSON)."""
+    atomic_write_text(path, json.dumps(json_safe(obj), indent=1, ensure_ascii=False) + "\n")
 
 
-from smallinit.io import json_safe as _finite  # noqa: E402  (shared helper)
 
 
 def _device(name: str) -> str:

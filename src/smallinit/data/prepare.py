@@ -44,6 +44,7 @@ from smallinit.data.tokenizer import (
     train_bpe,
 )
 from smallinit.errors import ConfigError, DataError
+from smallinit.io import umask
 
 META_FORMAT = "smallinit-tokens"
 META_VERSION = 1
@@ -93,7 +94,7 @@ def prepare_corpus(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; DIR gets the usual permissions
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it private; DIR gets the usual permissions
         # 1. tokenizer -------------------------------------------------------------------------
         t0 = time.time()
         if tok_kind == "bpe":
@@ -230,12 +231,6 @@ def _api_command(inputs, out_dir, tokenizer, vocab_size, val_fraction, weights, 
         f"vocab_size={vocab_size!r}, val_fraction={val_fraction!r}, weights={weights!r}, "
         f"text_field={text_field!r}, seed={seed!r}, max_bytes={max_bytes!r})"
     )
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _span_total(spans: list) -> int:
