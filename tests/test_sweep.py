@@ -167,3 +167,15 @@ def test_summary_table_includes_probe_values(tmp_path):
     assert rows[1]["state"] == "new"
     header = (tmp_path / "summary.csv").read_text().splitlines()[0].split(",")
     assert header[:3] == ["run", "model.gamma", "state"] and "probe_saturation_min" in header
+
+
+def test_a_field_added_since_a_run_was_written_compares_at_its_default():
+    from smallinit.experiments.sweep import config_mismatch
+    from smallinit.train.config import load_config
+
+    wanted = load_config("tiny", ["optim.lr=0.002"]).to_dict()
+    old = load_config("tiny", ["optim.lr=0.002"]).to_dict()
+    del old["model"]["moe"]["bias_update_rate"]  # written before the field existed
+    assert config_mismatch(old, wanted) == {}
+    old["optim"]["lr"] = 0.003
+    assert config_mismatch(old, wanted) == {"optim.lr": (0.003, 0.002)}

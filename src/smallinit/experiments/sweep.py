@@ -323,10 +323,21 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _with_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with every field the code knows filled in (unchanged when it is not a valid config)."""
+    from smallinit.train.config import config_from_dict
+
+    try:
+        return config_from_dict(cfg).to_dict()
+    except Exception:  # noqa: BLE001 - a broken config is reported by the comparison itself
+        return cfg
+
+
 def config_mismatch(existing: dict[str, Any], wanted: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Dotted keys whose values differ between a run's saved config and the wanted one (execution-only
-    fields and data-decided ones ignored)."""
-    a, b = _flat(existing), _flat(wanted)
+    fields and data-decided ones ignored). Both go through the config dataclasses first, so a field added
+    to the code since the run was written compares at its default instead of as missing."""
+    a, b = _flat(_with_defaults(existing)), _flat(_with_defaults(wanted))
     out = {}
     for k in sorted(set(a) | set(b)):
         if k in IGNORED_IN_COMPARISON:
