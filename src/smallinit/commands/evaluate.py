@@ -68,8 +68,6 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(json_safe(obj), indent=1, ensure_ascii=False) + "\n")
 
 
-
-
 def _device(name: str) -> str:
     if name != "auto":
         return name

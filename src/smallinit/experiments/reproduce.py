@@ -142,8 +142,8 @@ CPU_STEPS = 240
 CPU = Preset(
     name="cpu",
     budget="≤ 2 hours on a 2-core CPU",
-    description=("widths 128/256/512 at depth 2, ~0.25M tokens per run (240 steps of 8×128); learning rate swept over 3 values for "
-                 "every arm, chosen on tune_loss; 2 seeds for claims 1 and 9"),
+    description=("widths 128/256/512 at depth 2, ~0.25M tokens per run (240 steps of 8×128); learning rate swept "
+                 "over 3 values for every arm, chosen on tune_loss; 2 seeds for claims 1 and 9"),
     claims=tuple(range(1, 11)),
     base={"model": {"preset": "tiny", "max_seq_len": 128},
           "data": {"seq_len": 128, "val_batches": 8, "tune_batches": 8, "bos": True},

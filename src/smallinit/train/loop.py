@@ -347,7 +347,8 @@ class Trainer:
                                   f"stopped before the optimizer step; the last good checkpoint is kept")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        update_expert_bias(self.model)  # MoE aux-loss-free balancing (a no-op unless moe.bias_update_rate > 0)
+        if c.model.moe.enabled and c.model.moe.bias_update_rate > 0:  # MoE aux-loss-free balancing
+            update_expert_bias(self.model)
         self.step += 1
         return {"loss": loss_v, "grad_norm": gn, "lr": lr, "aux_loss": aux_v}
 
