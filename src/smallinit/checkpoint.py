@@ -62,8 +62,10 @@ def _write_file(path: Path, data: bytes) -> None:
 
 def save_checkpoint(run_dir: str | os.PathLike, step: int, model_state: dict[str, torch.Tensor],
                     optim_state: dict[str, Any], state: dict[str, Any], config: dict[str, Any],
-                    keep: int | None = None, tied_keys: tuple[str, ...] = ()) -> Path:
-    """Write a complete checkpoint for ``step``; keep only the newest ``keep`` ones. Returns its path.
+                    keep: int | None = None, tied_keys: tuple[str, ...] = (),
+                    keep_steps: tuple[int, ...] = ()) -> Path:
+    """Write a complete checkpoint for ``step``; keep only the newest ``keep`` ones, plus those of the steps in
+    ``keep_steps`` (never pruned: cooldown branches start from them). Returns its path.
 
     On any failure (e.g. a full disk) the partial directory is removed and the previous checkpoints
     are left untouched; the error propagates as :class:`CheckpointError`.
@@ -104,10 +106,11 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model_state: dict[str
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     complete = list_checkpoints(run_dir)
+    protected = {ckpt_dir_name(s) for s in keep_steps}
     if keep and len(complete) > keep:
         # everything older than the newest `keep` complete ones, incomplete leftovers of a killed prune included
         for old in sorted(root.glob("step_*")):
-            if old.is_dir() and old.name < complete[-keep].name:
+            if old.is_dir() and old.name < complete[-keep].name and old.name not in protected:
                 (old / MANIFEST).unlink(missing_ok=True)  # incomplete at once, whatever rmtree's order
                 shutil.rmtree(old, ignore_errors=True)
     return final
@@ -225,9 +228,9 @@ def model_from_state(config: dict[str, Any], tensors: dict[str, torch.Tensor], m
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"checkpoint config is invalid: {e}") from None
     with torch.device("meta"):
-        model = Transformer(cfg)
+        model = Transformer(cfg, init=False)  # structure only: every weight comes from the checkpoint
     model = model.to_empty(device=map_location)
-    model.rope.__init__(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+    model.rope.reset_parameters()  # the RoPE tables are not saved: compute them on the target device
     if cfg.tie_embeddings:
         model.lm_head.weight = model.tok_emb.weight
     expected = set(model.state_dict()) - ({"lm_head.weight"} if cfg.tie_embeddings else set())

@@ -17,12 +17,24 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, max_seq_len: int, theta: float):
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-        t = torch.arange(max_seq_len, dtype=torch.float64)
+        self.head_dim, self.max_seq_len, self.theta = head_dim, max_seq_len, float(theta)
+        self.register_buffer("cos", torch.empty(max_seq_len, head_dim), persistent=False)
+        self.register_buffer("sin", torch.empty(max_seq_len, head_dim), persistent=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """(Re)compute the tables in place on the buffers' device: cos/sin(t·θ_i), computed in float64 on the
+        CPU and stored as float32. A no-op on the meta device (call again after ``to_empty``)."""
+        if self.cos.device.type == "meta":
+            return
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64, device="cpu")
+                                         / self.head_dim))
+        t = torch.arange(self.max_seq_len, dtype=torch.float64, device="cpu")
         freqs = torch.outer(t, inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)
-        self.register_buffer("cos", emb.cos().float(), persistent=False)
-        self.register_buffer("sin", emb.sin().float(), persistent=False)
+        self.cos.copy_(emb.cos().float())
+        self.sin.copy_(emb.sin().float())
 
     def forward(self, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         if seq_len > self.cos.shape[0]:

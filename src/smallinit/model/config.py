@@ -148,6 +148,48 @@ class ModelConfig:
         """Whether block ``layer`` (0-based) uses the MoE feed-forward."""
         return self.moe.enabled and (layer + 1) % self.moe.every == 0
 
+    # ---- accounting without building weights -------------------------------------------------
+    def attention_out_features(self) -> int:
+        """Rows of the fused projection ``w_qkvg``: q_dim + 2·kv_dim + gate_dim, with q_dim = n_heads·head_dim,
+        kv_dim = n_kv_heads·head_dim, gate_dim = 0 / n_heads / q_dim for gate none / headwise / elementwise."""
+        q = self.n_heads * self.head_dim
+        gate = {"none": 0, "headwise": self.n_heads, "elementwise": q}[self.gate]
+        return q + 2 * self.n_kv_heads * self.head_dim + gate
+
+    def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
+        """Parameter count of ``Transformer(self)`` computed from the fields alone (tied weights once).
+
+        Per block: norms 2·n_d (n_d = d for RMSNorm, 2d for LayerNorm); attention d·(q + 2kv + gate) + q·d;
+        dense FFN 3·d·d_ff; MoE layer d·E (router) + 3·E·d·d_e + 3·d·(S·d_e) (S shared experts).
+        Plus the embedding V·d, the final norm n_d, and an untied head V·d.
+        ``non_embedding`` drops the embedding and an untied head (Kaplan's N); ``active`` counts, in MoE
+        layers, only the k routed experts a token uses (subtracts 3·(E − k)·d·d_e per MoE layer)."""
+        d, m = self.d_model, self.moe
+        nd = d if self.norm == "rmsnorm" else 2 * d
+        d_e = m.d_expert or self.d_ff
+        attn = d * self.attention_out_features() + self.n_heads * self.head_dim * d
+        n = 0
+        for layer in range(self.n_layers):
+            n += 2 * nd + attn
+            if self.is_moe_layer(layer):
+                n += d * m.n_experts + 3 * m.n_experts * d * d_e + 3 * d * m.n_shared_experts * d_e
+                if active:
+                    n -= 3 * (m.n_experts - m.top_k) * d * d_e
+            else:
+                n += 3 * d * self.d_ff
+        n += nd
+        if not non_embedding:
+            n += self.vocab_size * d * (1 if self.tie_embeddings else 2)
+        return n
+
+    def flops_per_token(self, seq_len: int | None = None) -> float:
+        """Training FLOPs per token, 6·N + 12·L·T·d (the convention of nanoGPT / Chinchilla-style benchmarks):
+        N = active non-embedding parameters + the LM-head matmul V·d (counted even when tied; the embedding
+        lookup costs no matmul), T = ``seq_len`` (default ``max_seq_len``)."""
+        T = seq_len or self.max_seq_len
+        n = self.num_params(non_embedding=True, active=True) + self.vocab_size * self.d_model
+        return 6.0 * n + 12.0 * self.n_layers * T * self.d_model
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-data dict (JSON/YAML safe) that :meth:`from_dict` turns back into an equal config."""
         return dataclasses.asdict(self)

@@ -41,9 +41,17 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """A pre-norm decoder-only LM; ``Transformer(config)`` applies the γ-rule from ``config``."""
+    """A pre-norm decoder-only LM; ``Transformer(config)`` applies the γ-rule from ``config``.
 
-    def __init__(self, config: ModelConfig):
+    ``Transformer(config, init=False)`` builds the modules without the γ-rule draw (weights keep PyTorch's
+    default construction, or no storage at all under ``torch.device("meta")``); call :meth:`reset_parameters`
+    to initialize. The default construction consumes the global RNG exactly as ``init=True`` does, so
+    ``manual_seed(s); m = Transformer(c, init=False); m.reset_parameters()`` gives the weights of
+    ``manual_seed(s); Transformer(c)``. Parameter and FLOP counts need no model: ``ModelConfig.num_params`` /
+    ``ModelConfig.flops_per_token``.
+    """
+
+    def __init__(self, config: ModelConfig, init: bool = True):
         super().__init__()
         config.validate()
         self.config = config
@@ -54,10 +62,13 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
-        self.init_report: InitReport = self.reset_parameters()
+        self.init_report: InitReport | None = None
+        if init:
+            self.reset_parameters()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> InitReport:
-        """Re-draw every weight with the γ-rule of ``self.config`` (plus its overrides)."""
+        """Re-draw every weight with the γ-rule of ``self.config`` (plus its overrides), recompute the RoPE
+        tables, and return (and keep as ``init_report``) the init report."""
         c = self.config
         overrides = dict(c.init_overrides)
         if c.init_depth_scale:
@@ -67,7 +78,8 @@ class Transformer(nn.Module):
                     depth_gamma_std[name] = {"std": p.shape[-2 if p.ndim == 3 else 1] ** (-c.gamma) / math.sqrt(2 * c.n_layers)}
             overrides = {**overrides, **{k: v for k, v in depth_gamma_std.items() if k not in overrides}}
         report = gamma_init(self, c.gamma, overrides, generator=generator)
-        self.rope.__init__(c.head_dim, c.max_seq_len, c.rope_theta)  # recompute tables (meta-safe)
+        self.rope.reset_parameters()
+        self.init_report = report
         return report
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -99,12 +111,8 @@ class Transformer(nn.Module):
         return n
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
-        """Training FLOPs per token, 6·N + 12·L·T·d, with N = active non-embedding parameters plus the
-        LM-head matmul (gate included; an embedding lookup costs no matmul)."""
-        c = self.config
-        T = seq_len or c.max_seq_len
-        n = self.num_params(non_embedding=True, active=True) + c.vocab_size * c.d_model
-        return 6.0 * n + 12.0 * c.n_layers * T * c.d_model
+        """Training FLOPs per token, 6·N + 12·L·T·d (see :meth:`ModelConfig.flops_per_token`)."""
+        return self.config.flops_per_token(seq_len)
 
     # ---- sampling ---------------------------------------------------------------------------
     @torch.no_grad()
