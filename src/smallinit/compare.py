@@ -343,12 +343,7 @@ def _source_of(positions: np.ndarray, spans: list | None) -> np.ndarray:
     return out.astype(str)
 
 
-def _resolve_device(device: str):
-    import torch
-
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+from smallinit.device import resolve_device as _resolve_device  # noqa: E402
 
 
 def score_models(

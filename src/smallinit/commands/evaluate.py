@@ -69,11 +69,9 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
 
 
 def _device(name: str) -> str:
-    if name != "auto":
-        return name
-    import torch
+    from smallinit.device import resolve_device
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(resolve_device(name))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -95,11 +95,9 @@ def run(args: argparse.Namespace) -> int:
     batch_size = args.batch_size or cfg.get("probe", {}).get("batch_size", 4)
     if batch_size <= 0:
         raise ConfigError(f"--batch-size must be > 0, got {batch_size}")
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda but no CUDA device is available")
+    from smallinit.device import resolve_device
+
+    device = str(resolve_device(args.device, what="--device"))
     model = model_from_state(cfg, data["model"], device)
     bos = tokens.bos_id if dcfg.get("bos") else None
     seq_len = int(dcfg.get("seq_len", cfg["model"]["max_seq_len"]))

@@ -32,6 +32,8 @@ import sys
 import warnings
 from typing import Any
 
+from smallinit.device import resolve_device
+
 try:
     from lm_eval.api.model import LM
     from lm_eval.api.registry import register_model
@@ -56,13 +58,7 @@ def _batch_size(value: Any) -> int:
 
 
 def _device(value: Any) -> str:
-    import torch
-
-    name = str(value) if value else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        warnings.warn(f"device {name!r} requested but CUDA is not available; using cpu", stacklevel=3)
-        return "cpu"
-    return name
+    return str(resolve_device(value or "cpu", fallback=True))
 
 
 class SmallinitLM(LM):

@@ -36,16 +36,11 @@ from smallinit.model.moe import update_expert_bias
 from smallinit.train import distributed as dist_utils
 from smallinit.train.config import RunConfig, config_from_dict, save_config
 from smallinit.train.schedule import lr_at
+from smallinit.device import resolve_device as _resolve_device
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device=cuda but no CUDA device is available")
-    if name == "cuda":
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device(name)
+    return _resolve_device(name, what="train.device")
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float, decay_embeddings: bool) -> list[dict[str, Any]]:
