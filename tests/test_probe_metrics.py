@@ -11,6 +11,7 @@ from smallinit.probes import (
     attention_sink,
     condensation_index,
     max_activation,
+    optimizer_eps_damping,
     order_rows_for_heatmap,
     residual_flow,
     rmsnorm_saturation,
@@ -294,3 +295,65 @@ def test_metrics_do_not_modify_inputs() -> None:
     stable_rank(W), stable_rank(W, exact=False), condensation_index(W), row_cosine(W)
     order_rows_for_heatmap(W), rmsnorm_saturation(h, 1e-5), residual_flow(h, h), max_activation(h)
     assert torch.equal(W, W0) and torch.equal(h, h0)
+
+
+# ---- optimizer ε ---------------------------------------------------------------------------------
+
+
+def _adamw_after(grads: list[torch.Tensor], eps: float = 1e-8, beta2: float = 0.95):
+    """A real AdamW (fused, as the Trainer) after one step per gradient in ``grads``; returns (param, optimizer)."""
+    p = torch.nn.Parameter(torch.zeros_like(grads[0]))
+    opt = torch.optim.AdamW([p], lr=1e-3, betas=(0.9, beta2), eps=eps, fused=True)
+    for g in grads:
+        p.grad = g.clone()
+        opt.step()
+    return p, opt
+
+
+def test_optimizer_eps_after_one_step_uses_the_gradient() -> None:
+    # after one step sqrt(v̂) = |g|: two of four entries are under ε = 1e-8
+    g = torch.tensor([[1e-10, -1e-9], [1e-7, -1e-6]])
+    p, opt = _adamw_after([g])
+    st = opt.state[p]
+    out = optimizer_eps_damping(st["exp_avg_sq"], float(st["step"]), 0.95, 1e-8)
+    assert out["frac_below"] == 0.5
+    expected = sum(1e-8 / (a + 1e-8) for a in (1e-10, 1e-9, 1e-7, 1e-6)) / 4
+    assert out["damping"] == pytest.approx(expected, rel=1e-5)  # (1e-8/1.01e-8 + 1/1.1 + 1/11 + 1/101)/4
+    assert out["median_sqrt_v"] == pytest.approx(1e-9, rel=1e-5)  # torch's median: the lower middle value
+    assert out["frac_zero"] == 0.0
+
+
+def test_optimizer_eps_bias_correction_over_two_steps() -> None:
+    # v_2 = β2 (1-β2) g1² + (1-β2) g2², v̂ = v_2 / (1 - β2²): with g1 = 3e-9, g2 = 4e-9 and β2 = 0.5,
+    # v̂ = (0.25·9e-18 + 0.5·16e-18) / 0.75 = 13.666…e-18 -> sqrt(v̂) ≈ 3.697e-9 < ε
+    g1, g2 = torch.full((2, 3), 3e-9), torch.full((2, 3), 4e-9)
+    g2[0, 0] = 1.0  # one large entry: sqrt(v̂) = sqrt((0.25·9e-18 + 0.5) / 0.75) ≈ 0.8165
+    p, opt = _adamw_after([g1, g2], beta2=0.5)
+    st = opt.state[p]
+    assert float(st["step"]) == 2.0
+    out = optimizer_eps_damping(st["exp_avg_sq"], 2, 0.5, 1e-8)
+    small = math.sqrt((0.25 * 9e-18 + 0.5 * 16e-18) / 0.75)
+    large = math.sqrt((0.25 * 9e-18 + 0.5) / 0.75)
+    assert out["frac_below"] == pytest.approx(5 / 6)
+    assert out["damping"] == pytest.approx((5 * 1e-8 / (small + 1e-8) + 1e-8 / (large + 1e-8)) / 6, rel=1e-4)
+    # the uncorrected exp_avg_sq would put sqrt(v) at sqrt(0.75)·3.697e-9: a different damping
+    assert optimizer_eps_damping(st["exp_avg_sq"] * 0.75, 2, 0.5, 1e-8)["damping"] != pytest.approx(out["damping"], rel=1e-4)
+
+
+def test_optimizer_eps_hand_built_state_edge_cases() -> None:
+    e = 2.0**-26  # ε ≈ 1.5e-8, a power of 2 so that every square root below is exact
+    v = torch.tensor([0.0, e**2, 4 * e**2, 1.0])  # bias-corrected with β2 = 0 (1 - 0^t = 1): sqrt = 0, ε, 2ε, 1
+    out = optimizer_eps_damping(v, 5, 0.0, e)
+    assert out["frac_below"] == 0.25  # only the zero entry: sqrt(v̂) = ε is not below ε
+    assert out["frac_zero"] == 0.25
+    assert out["damping"] == pytest.approx((1.0 + 0.5 + 1 / 3 + e / (1 + e)) / 4, rel=1e-12)
+    assert optimizer_eps_damping(v, 5, 0.0, 0.0) == {"frac_below": 0.0, "damping": 0.0, "frac_zero": 0.25,
+                                                     "median_sqrt_v": e}
+    # tiny values in bfloat16 are not lost (computed in float64): sqrt(1e-30 / 0.1) ≈ 3.2e-15 < 1e-8
+    assert optimizer_eps_damping(torch.full((4,), 1e-30, dtype=torch.bfloat16), 1, 0.9, 1e-8)["frac_below"] == 1.0
+    for bad in [dict(step=0), dict(beta2=1.0), dict(eps=-1.0)]:
+        args = {"step": 1, "beta2": 0.9, "eps": 1e-8, **bad}
+        with pytest.raises(ValueError):
+            optimizer_eps_damping(v, **args)
+    with pytest.raises(ValueError, match="empty"):
+        optimizer_eps_damping(torch.zeros(0), 1, 0.9, 1e-8)

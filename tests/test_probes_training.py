@@ -21,6 +21,8 @@ from smallinit.probes import (
     heatmap_steps,
     matrix_kind,
     named_matrices,
+    optimizer_eps_damping,
+    optimizer_eps_probes,
     stable_rank,
     uniform_sink_baseline,
 )
@@ -159,6 +161,69 @@ def test_saturation_large_vs_tiny_eps_on_small_init():
     assert sats[1e-2]["eps_over_ms"] > 2
 
 
+def test_residual_flow_of_a_constructed_block_is_relative_to_the_stream():
+    """A block whose branches have known outputs: every token is the same vector h = c·u (u = ±1, so rms 1),
+    V = I and W_O = α·I make attention return α·norm(h) = α·u whatever the scores, so
+    flow_attn = ||α u|| / ||c u|| = α / c (the raw branch norm would be α·√d). The MLP gets h' = (c + α)·u;
+    with W_gate = W_up = W_down = I (d_ff = d) its output is silu(u) ⊙ u, entries σ(±1), so
+    flow_mlp = sqrt((σ(1)² + σ(-1)²) / 2) / (c + α)."""
+    d, c, alpha = 32, 2.0, 0.5
+    model = _model(n_layers=1, d_model=d, d_ff=d, gate="none", norm_eps=1e-12)
+    u = torch.ones(d)
+    u[::2] = -1.0
+    blk = model.blocks[0]
+    with torch.no_grad():
+        model.tok_emb.weight[5] = c * u
+        mats = blk.attn.matrices()
+        for k in ("q", "k", "v"):
+            mats[k].zero_()
+        mats["v"].copy_(torch.eye(d))
+        mats["o"].copy_(alpha * torch.eye(d))
+        for k, W in blk.mlp.matrices().items():
+            W.copy_(torch.eye(d))
+    rec = compute_probes(model, torch.full((2, 8), 5), weights=False)
+    lay = rec["layers"][0]
+    assert lay["flow_attn"] == pytest.approx(alpha / c, rel=1e-6)
+    assert lay["flow_attn"] != pytest.approx(alpha * d**0.5, rel=0.1)  # not the raw norm
+    sig = torch.sigmoid(torch.tensor([1.0, -1.0], dtype=torch.float64))
+    assert lay["flow_mlp"] == pytest.approx(float(sig.square().mean().sqrt()) / (c + alpha), rel=1e-6)
+
+
+def _one_adamw_step(model, eps=1e-8):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, eps=eps, fused=True)
+    idx = _idx(T=12)
+    torch.nn.functional.cross_entropy(model(idx).flatten(0, 1), idx.flatten()).backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    opt.step()
+    return opt, grads
+
+
+def test_optimizer_eps_probe_matches_the_first_gradient_of_each_matrix():
+    """After one AdamW step sqrt(v̂) = |g|: the probe of each (fused, sliced, transposed) matrix view is the
+    metric of that matrix's own gradient entries."""
+    pytest.importorskip("smallinit.model.moe")
+    model = _model(gamma=1.0, gate="elementwise", tie_embeddings=False, moe=dict(n_experts=4, top_k=2, d_expert=16, every=2))
+    assert optimizer_eps_probes(model, torch.optim.AdamW(model.parameters()))["matrices"] == {}  # no step yet
+    opt, g = _one_adamw_step(model, eps=1e-3)  # a large ε so that every matrix has entries on both sides
+    rec = optimizer_eps_probes(model, opt)
+    assert rec["eps"] == 1e-3 and rec["t"] == 1 and rec["beta2"] == 0.999
+    qkvg = g["blocks.0.attn.w_qkvg.weight"]  # rows: q (32), k (32), v (32), gate (32)
+    gu = g["blocks.1.mlp.w_gate_up"]  # (E, d, 2·d_e), input-major
+    expected = {"blocks.0.attn.k": qkvg[32:64], "blocks.0.attn.v": qkvg[64:96], "blocks.0.attn.gate": qkvg[96:],
+                "blocks.0.mlp.down": g["blocks.0.mlp.w_down.weight"], "blocks.1.mlp.expert1.up": gu[1, :, 16:].T,
+                "blocks.1.mlp.expert2.down": g["blocks.1.mlp.w_down"][2].T, "lm_head": g["lm_head.weight"]}
+    for name, grad in expected.items():
+        want = optimizer_eps_damping(grad.square() * (1 - 0.999), 1, 0.999, 1e-3)
+        got = rec["matrices"][name]
+        assert got["frac_below"] == pytest.approx(want["frac_below"], abs=1e-12), name
+        assert got["damping"] == pytest.approx(want["damping"], rel=1e-5), name
+    assert 0 < rec["matrices"]["blocks.0.attn.v"]["frac_below"] < 1
+    # different slices of one fused parameter are different numbers
+    assert rec["matrices"]["blocks.0.attn.k"]["damping"] != rec["matrices"]["blocks.0.attn.v"]["damping"]
+    assert set(rec["matrices"]) == set(named_matrices(model))
+    assert optimizer_eps_probes(model, torch.optim.SGD(model.parameters(), lr=0.1)) is None  # not Adam
+
+
 def test_layernorm_saturation_uses_the_variance():
     model = _model(norm="layernorm", norm_eps=1e-3)
     idx = _idx()
@@ -263,6 +328,49 @@ def test_training_probe_writes_lines_at_the_right_steps(runs):
 
     W = named_matrices(load_checkpoint(run, step=10))["blocks.0.mlp.down"]
     assert recs[-1]["matrices"]["blocks.0.mlp.down"]["srank"] == pytest.approx(stable_rank(W, exact=False), rel=1e-6)
+
+
+def test_training_probe_logs_the_optimizer_eps(runs):
+    """At step s the record holds the second moment the s-th update used: t = s, one entry per matrix; none at 0."""
+    for run in runs:
+        recs = _lines(run)
+        assert recs[0]["optim_eps"] == {"eps": 1e-8, "beta2": 0.95, "t": 0, "matrices": {}}
+        for r in recs[1:]:
+            oe = r["optim_eps"]
+            assert oe["t"] == r["step"] and oe["eps"] == 1e-8
+            assert set(oe["matrices"]) == set(r["matrices"])
+            for m in oe["matrices"].values():
+                assert set(m) == {"frac_below", "damping", "frac_zero", "median_sqrt_v"}
+                assert 0 <= m["frac_below"] <= 1 and 0 <= m["damping"] <= 1
+    # the probe read the live optimizer: recompute step 10 from the checkpointed AdamW state
+    from smallinit.checkpoint import read_checkpoint, resolve_checkpoint
+
+    osd = read_checkpoint(resolve_checkpoint(runs[0], 10))["optim"]["optimizer"]
+    st = osd["state"]["blocks.0.mlp.w_down.weight"]
+    assert float(st["step"]) == 10
+    want = optimizer_eps_damping(st["exp_avg_sq"], 10, 0.95, 1e-8)
+    got = _lines(runs[0])[-1]["optim_eps"]["matrices"]["blocks.0.mlp.down"]
+    assert got["damping"] == pytest.approx(want["damping"], rel=1e-9)
+    assert got["median_sqrt_v"] == pytest.approx(want["median_sqrt_v"], rel=1e-9)
+
+
+def test_tiny_optimizer_eps_stays_finite_at_gamma_1(token_dir, tmp_path):
+    """optim.eps = 1e-16 at γ = 1 (entries with v̂ ≈ 0 divide by ~1e-16): losses, weights and probes stay finite."""
+    from smallinit.checkpoint import load_checkpoint
+
+    run = tmp_path / "eps16"
+    _train(token_dir, run, **{"model.gamma": 1.0, "optim.eps": 1e-16, "probe.every": 10})
+    metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert metrics and all(np.isfinite(m["loss"]) for m in metrics)
+    assert np.isfinite([m["val_loss"] for m in metrics if "val_loss" in m]).all()
+    model = load_checkpoint(run, step=10)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    last = _lines(run)[-1]["optim_eps"]
+    assert last["eps"] == 1e-16 and last["t"] == 10
+    # with ε = 1e-16 only never-updated entries (unseen embedding rows) remain "damped"
+    for name, m in last["matrices"].items():
+        if name != "tok_emb":
+            assert m["damping"] < 1e-3, name
 
 
 def test_training_probe_heatmaps(runs):

@@ -1,5 +1,5 @@
 """Probes of training dynamics (DESIGN.md §2): condensation, attention sinks, RMSNorm saturation,
-residual flow. ``metrics`` holds the pure tensor functions, ``training`` the hook-based probe of a
+residual flow, the optimizer's ε. ``metrics`` holds the pure tensor functions, ``training`` the hook-based probe of a
 model (``compute_probes``) and the trainer callback (``TrainingProbe``), ``plots`` the figures
 (imported on demand: it needs matplotlib)."""
 
@@ -7,6 +7,7 @@ from smallinit.probes.metrics import (
     attention_sink,
     condensation_index,
     max_activation,
+    optimizer_eps_damping,
     order_rows_for_heatmap,
     residual_flow,
     rmsnorm_saturation,
@@ -21,6 +22,7 @@ from smallinit.probes.training import (
     heatmap_steps,
     matrix_kind,
     named_matrices,
+    optimizer_eps_probes,
     probe_batch,
     read_heatmaps,
     read_probes,
@@ -34,6 +36,7 @@ __all__ = [
     "heatmap_steps",
     "matrix_kind",
     "named_matrices",
+    "optimizer_eps_probes",
     "probe_batch",
     "read_heatmaps",
     "read_probes",
@@ -41,6 +44,7 @@ __all__ = [
     "attention_sink",
     "condensation_index",
     "max_activation",
+    "optimizer_eps_damping",
     "order_rows_for_heatmap",
     "residual_flow",
     "rmsnorm_saturation",

@@ -14,6 +14,8 @@ Definitions (this project's, see DESIGN.md §2):
 - massive activation     max |h|
 - RMSNorm saturation     s = ms / (ms + eps), ms = mean(h^2) over the last dim, averaged over tokens
 - residual flow          ||F(norm(h))|| / ||h|| over the last dim, averaged over tokens
+- optimizer-ε damping    per matrix, with sqrt(v̂) = sqrt(exp_avg_sq / (1 - β2^t)) from the AdamW state:
+                         mean [sqrt(v̂) < ε] and mean ε / (sqrt(v̂) + ε)
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "max_activation",
     "rmsnorm_saturation",
     "residual_flow",
+    "optimizer_eps_damping",
 ]
 
 _DEFAULT_POWER_ITERS = 100
@@ -281,3 +284,43 @@ def residual_flow(branch_out: torch.Tensor, h: torch.Tensor) -> float:
     f_norm = _wide_float(branch_out).norm(dim=-1)
     h_norm = _wide_float(h).norm(dim=-1)
     return float((f_norm / h_norm.clamp_min(torch.finfo(h_norm.dtype).tiny)).mean())
+
+
+def optimizer_eps_damping(exp_avg_sq: torch.Tensor, step: float, beta2: float, eps: float) -> dict[str, float]:
+    """How much Adam's ε damps the updates of one weight matrix (DESIGN.md §2, "Optimizer ε").
+
+    AdamW's update is m̂ / (sqrt(v̂) + ε) with the bias-corrected second moment
+    v̂ = exp_avg_sq / (1 - β2^t) (t = the optimizer's step count). Compared with the undamped m̂ / sqrt(v̂),
+    ε shrinks an entry's update by the factor sqrt(v̂) / (sqrt(v̂) + ε), i.e. it removes the share
+    ε / (sqrt(v̂) + ε). Over the entries of ``exp_avg_sq`` (any shape, e.g. a view of a matrix):
+
+    - ``frac_below`` = mean of [sqrt(v̂) < ε]           (entries whose gradient scale is under ε)
+    - ``damping``    = mean of ε / (sqrt(v̂) + ε)        (0 = ε irrelevant, 1 = update fully suppressed;
+                                                           an entry with v̂ = 0 counts 1 — it gets no update;
+                                                           with ε = 0 nothing is damped: 0)
+    - ``frac_zero``  = mean of [v̂ = 0]                  (entries that never had a gradient, e.g. embedding
+                                                           rows of tokens not yet seen: damping 1 by the formula,
+                                                           but ε is not what stops them)
+    - ``median_sqrt_v`` = median of sqrt(v̂)
+
+    After one step sqrt(v̂) = |g| exactly (v_1 = (1 - β2) g²): the first-step gradient. Computed in float64
+    (float32 on devices without it), so v̂ ~ 1e-32 neither underflows nor loses precision.
+    """
+    if exp_avg_sq.numel() == 0:
+        raise ValueError("optimizer_eps_damping of an empty tensor")
+    if not step >= 1:
+        raise ValueError(f"the optimizer step count must be >= 1 (no second moment before the first step), got {step}")
+    if not 0 <= beta2 < 1:
+        raise ValueError(f"beta2 must be in [0, 1), got {beta2}")
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    v = _wide_float(exp_avg_sq)
+    sqrt_v = (v / (1.0 - beta2 ** float(step))).clamp_min(0).sqrt().reshape(-1)
+    denom = sqrt_v + eps
+    damping = torch.where(denom > 0, eps / denom.clamp_min(torch.finfo(denom.dtype).tiny), torch.zeros_like(denom))
+    return {
+        "frac_below": float((sqrt_v < eps).to(sqrt_v.dtype).mean()),
+        "damping": float(damping.mean()),
+        "frac_zero": float((sqrt_v == 0).to(sqrt_v.dtype).mean()),
+        "median_sqrt_v": float(sqrt_v.median()),
+    }

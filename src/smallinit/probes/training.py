@@ -29,6 +29,13 @@ Matrix names are ``<module path>.<logical name>`` from each module's ``matrices(
 ``record["moe"]`` = ``smallinit.model.moe.moe_stats`` of the probe forward (expert token fractions,
 router entropy, dead experts).
 
+The trainer callback adds ``record["optim_eps"]`` (:func:`optimizer_eps_probes`, from the optimizer state, not
+the model): AdamW's ``eps``, its step count ``t`` and, per weight matrix (same names), the share of entries with
+√v̂ < ε (``frac_below``), the mean damping ε/(√v̂ + ε) (``damping``) and the median √v̂ (``median_sqrt_v``),
+v̂ = exp_avg_sq / (1 − β2^t): the second moment the update that produced the probed weights used (at step s,
+update s; after update 1, √v̂ = |first gradient|). ``matrices`` is empty at step 0 (no update yet) and the
+section is ``null`` under FSDP (sharded state).
+
 Non-finite numbers (a diverged run) are written as ``null``.
 """
 
@@ -49,6 +56,7 @@ from smallinit.probes.metrics import (
     attention_sink,
     condensation_index,
     max_activation,
+    optimizer_eps_damping,
     order_rows_for_heatmap,
     residual_flow,
     rmsnorm_saturation,
@@ -70,6 +78,7 @@ __all__ = [
     "heatmap_steps",
     "matrix_kind",
     "named_matrices",
+    "optimizer_eps_probes",
     "probe_batch",
     "read_heatmaps",
     "read_probes",
@@ -123,6 +132,60 @@ def _weight_probes(model: nn.Module, exact_srank: bool) -> dict[str, dict[str, A
         out[name] = {"srank": stable_rank(W, exact=exact_srank), "cond": condensation_index(W),
                      "d_in": int(W.shape[1])}
     return out
+
+
+def _state_view(W: torch.Tensor, p: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+    """The entries of the state tensor ``v`` (laid out like parameter ``p``) that the view ``W`` of ``p`` covers."""
+    if W is p or (W.shape == p.shape and W.stride() == p.stride() and W.storage_offset() == p.storage_offset()):
+        return v
+    if v.shape != p.shape or v.stride() != p.stride():
+        return None
+    return v.as_strided(W.shape, W.stride(), v.storage_offset() + W.storage_offset() - p.storage_offset())
+
+
+def optimizer_eps_probes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
+    """The optimizer-ε probe (DESIGN.md §2) of every weight matrix of ``model`` from an Adam(W) ``optimizer``'s state.
+
+    For each matrix of :func:`named_matrices` (views of fused parameters are matched to the same entries of
+    the parameter's ``exp_avg_sq``): :func:`~smallinit.probes.metrics.optimizer_eps_damping` with that
+    parameter group's β2 and ε and the state's step count t, i.e. with √v̂ = sqrt(exp_avg_sq / (1 − β2^t)),
+    ``frac_below`` = mean[√v̂ < ε], ``damping`` = mean ε/(√v̂ + ε), ``median_sqrt_v``.
+
+    Returns ``{"eps": ε, "beta2": β2, "t": t, "matrices": {name: {...}}}`` (ε, β2 of the first group, t the
+    largest step count; ``matrices`` is empty before the first step), or ``None`` when the state is sharded
+    (FSDP DTensors) or the optimizer keeps no ``exp_avg_sq``.
+    """
+    groups = optimizer.param_groups
+    if not groups or "eps" not in groups[0] or "betas" not in groups[0]:
+        return None
+    group_of = {id(p): g for g in groups for p in g["params"]}
+    by_storage: dict[int, torch.Tensor] = {}
+    for p in model.parameters():
+        if hasattr(p, "full_tensor") or hasattr(p, "_local_tensor"):  # DTensor: sharded state
+            return None
+        by_storage.setdefault(p.untyped_storage().data_ptr(), p)
+    out: dict[str, dict[str, float]] = {}
+    t_max = 0
+    for name, W in named_matrices(model).items():
+        p = by_storage.get(W.untyped_storage().data_ptr())
+        if p is None or id(p) not in group_of:
+            continue
+        st = optimizer.state.get(p, {})
+        v = st.get("exp_avg_sq")
+        if v is None or "step" not in st:
+            continue
+        t = float(st["step"])
+        if t < 1:
+            continue
+        view = _state_view(W, p, v.detach())
+        if view is None:
+            continue
+        g = group_of[id(p)]
+        out[name] = optimizer_eps_damping(view, t, float(g["betas"][1]), float(g["eps"]))
+        t_max = max(t_max, int(t))
+    if optimizer.state and not any("exp_avg_sq" in st for st in optimizer.state.values()):
+        return None  # not an Adam-type optimizer
+    return {"eps": float(groups[0]["eps"]), "beta2": float(groups[0]["betas"][1]), "t": t_max, "matrices": out}
 
 
 # ---- activations ---------------------------------------------------------------------------------
@@ -373,12 +436,26 @@ class TrainingProbe:
         heat = bool(self.heatmaps) and step in self._heat_steps
         return probe and step not in self.done, heat and step not in self.heat_done
 
-    def on_train_start(self, trainer) -> None:
-        from smallinit.errors import ConfigError
+    def check(self, trainer) -> None:
+        """Up-front checks, run by the Trainer before the run directory exists: the probe batch fits the
+        validation split and every heatmap matrix name exists (the same checks on_train_start relies on)."""
+        c = trainer.cfg
+        self.batch = probe_batch(trainer.data.val, c.data.seq_len, self.batch_size, trainer.bos_id)
+        self._check_names(trainer)
 
+    def on_train_start(self, trainer) -> None:
         c = trainer.cfg
         self._heat_steps = set(heatmap_steps(c.train.max_steps))
         self.batch = probe_batch(trainer.data.val, c.data.seq_len, self.batch_size, trainer.bos_id)
+        self._check_names(trainer)
+        if trainer.dist.is_main:
+            self._truncate(Path(trainer.run_dir), trainer.step)
+        # the start step (0, or the step resumed from) is always probed, on every rank alike
+        self._maybe(trainer, trainer.step, force=True)
+
+    def _check_names(self, trainer) -> None:
+        from smallinit.errors import ConfigError
+
         # names checked on a weightless copy, identically on every rank (so all ranks stop together)
         from smallinit.model import Transformer
 
@@ -391,10 +468,6 @@ class TrainingProbe:
         if unknown:
             raise ConfigError(f"probe.heatmaps: unknown matrix {unknown[0]!r}; this model has e.g. "
                               f"{', '.join(list(names)[:8])}, ...")
-        if trainer.dist.is_main:
-            self._truncate(Path(trainer.run_dir), trainer.step)
-        # the start step (0, or the step resumed from) is always probed, on every rank alike
-        self._maybe(trainer, trainer.step, force=True)
 
     def on_before_optimizer_step(self, trainer, step: int) -> None:
         self._maybe(trainer, step)
@@ -444,6 +517,14 @@ class TrainingProbe:
             self.heat_done.add(step)
         self.seconds += time.perf_counter() - t0
 
+    @staticmethod
+    def _optim_eps(trainer) -> dict[str, Any] | None:
+        """The optimizer-ε probe of the live model (the one the optimizer holds; not FSDP's gathered replica)."""
+        opt, live = getattr(trainer, "optimizer", None), getattr(trainer, "model", None)
+        if opt is None or live is None or trainer.cfg.train.parallel == "fsdp":
+            return None
+        return optimizer_eps_probes(live, opt)
+
     def _run(self, trainer, model: nn.Module, step: int, probe: bool, heat: bool) -> None:
         dev = getattr(trainer, "device", None)
         home = next(model.parameters()).device
@@ -454,8 +535,9 @@ class TrainingProbe:
             if probe:
                 t0 = time.perf_counter()
                 rec = compute_probes(model, self.batch, exact_srank=self.exact_srank, autocast=trainer.autocast())
+                rec["optim_eps"] = self._optim_eps(trainer)
                 rec = {"step": step, "tokens": step * trainer.cfg.train.batch_size * trainer.cfg.data.seq_len,
-                       **rec, "seconds": time.perf_counter() - t0}
+                       **json_safe(rec), "seconds": time.perf_counter() - t0}
                 with open(Path(trainer.run_dir) / PROBES_FILE, "a") as f:
                     f.write(json.dumps(rec) + "\n")
                     f.flush()
