@@ -452,7 +452,7 @@ def test_plot_cli_writes_pngs_and_index(runs, tmp_path):
     html = (out / "index.html").read_text()
     srcs = re.findall(r"<img src='([^']+)'", html)
     for name in ("loss.png", "srank.png", "condensation.png", "sink.png", "saturation.png", "flow.png",
-                 "heatmaps_blocks.0.attn.q.png", "heatmaps_blocks.0.mlp.up.png"):
+                 "optim_eps.png", "heatmaps_blocks.0.attn.q.png", "heatmaps_blocks.0.mlp.up.png"):
         assert name in srcs
     for s in srcs:
         assert not Path(s).is_absolute()

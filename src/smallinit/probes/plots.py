@@ -17,6 +17,8 @@ has the data for it):
 - ``massive_activation.png``   max |h| of the residual stream per layer vs step
 - ``saturation.png``           RMSNorm saturation ms/(ms+ε) and ε/ms per norm vs step
 - ``flow.png``                 residual flow ||F(norm(h))||/||h|| per layer, at the first and last probe
+- ``optim_eps.png``            AdamW ε: mean damping ε/(√v̂+ε) and share of entries with √v̂ < ε vs step,
+                               one panel per matrix type (mean over layers; band = min..max)
 - ``moe.png``                  router entropy, dead experts, busiest expert's share vs step (MoE runs)
 """
 
@@ -243,27 +245,32 @@ def plot_loss(runs: list[RunData], out: Path) -> Path | None:
     return _write(fig, out / "loss.png")
 
 
-def _kinds(runs: list[RunData]) -> list[str]:
+def _matrices(rec: dict[str, Any], section: str = "") -> dict[str, Any]:
+    """Per-matrix entries of a probe record: ``rec["matrices"]``, or ``rec[section]["matrices"]`` (e.g. "optim_eps")."""
+    return (rec.get(section) or {}).get("matrices", {}) if section else rec.get("matrices", {})
+
+
+def _kinds(runs: list[RunData], section: str = "") -> list[str]:
     from smallinit.probes.training import matrix_kind
 
     kinds: list[str] = []
     for r in runs:
         for rec in r.probes:
-            for name in rec.get("matrices", {}):
+            for name in _matrices(rec, section):
                 k = matrix_kind(name)
                 if k not in kinds:
                     kinds.append(k)
     return kinds
 
 
-def _kind_series(run: RunData, kind: str, metric: str):
+def _kind_series(run: RunData, kind: str, metric: str, section: str = ""):
     """steps, mean, min, max (over the layers / experts of one matrix kind) of ``metric``, and d_in."""
     from smallinit.probes.training import matrix_kind
 
     steps, mean, lo, hi, d_in = [], [], [], [], None
     for rec in run.probes:
         vals = []
-        for name, m in rec.get("matrices", {}).items():
+        for name, m in _matrices(rec, section).items():
             if matrix_kind(name) == kind and m.get(metric) is not None:
                 vals.append(m[metric])
                 d_in = m.get("d_in", d_in)
@@ -276,17 +283,21 @@ def _kind_series(run: RunData, kind: str, metric: str):
 
 
 def plot_matrix_metric(runs: list[RunData], out: Path, metric: str) -> Path | None:
-    """``srank.png`` (metric "srank") or ``condensation.png`` (metric "cond")."""
-    kinds = _kinds(runs)
+    """``srank.png`` (metric "srank"), ``condensation.png`` (metric "cond") or ``optim_eps.png`` (metric
+    "damping" of the ``optim_eps`` section: solid = mean damping ε/(√v̂+ε), dashed = share with √v̂ < ε)."""
+    section = "optim_eps" if metric == "damping" else ""
+    kinds = _kinds(runs, section)
     if not kinds:
         return None
     fig, axes = _grid(len(kinds))
     for ax, kind in zip(axes, kinds):
         refs = set()
         for i, r in enumerate(runs):
-            steps, mean, lo, hi, d_in = _kind_series(r, kind, metric)
+            steps, mean, lo, hi, d_in = _kind_series(r, kind, metric, section)
             if not steps:
                 continue
+            if section:
+                ax.plot(*_kind_series(r, kind, "frac_below", section)[:2], color=_color(i), lw=1, ls="--")
             ax.plot(steps, mean, color=_color(i), lw=1.6)
             ax.fill_between(steps, lo, hi, color=_color(i), alpha=0.15, lw=0)
             if metric == "cond" and d_in:
@@ -298,7 +309,9 @@ def plot_matrix_metric(runs: list[RunData], out: Path, metric: str) -> Path | No
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
     name, title = {"srank": ("srank.png", "stable rank ||W||_F²/||W||_2² (mean over layers, band = min..max)"),
-                   "cond": ("condensation.png", "condensation index mean|C_ij| (dotted: random rows √(2/πd_in))")}[metric]
+                   "cond": ("condensation.png", "condensation index mean|C_ij| (dotted: random rows √(2/πd_in))"),
+                   "damping": ("optim_eps.png", "AdamW ε: mean damping ε/(√v̂+ε) (solid; band = min..max over layers), "
+                               "share of entries with √v̂ < ε (dashed)")}[metric]
     fig.suptitle(title, fontsize=10)
     return _save_with_legend(fig, runs, out / name)
 
@@ -602,5 +615,6 @@ def make_report(run_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -
     add("Massive activations per layer", plot_massive(runs, out))
     add("RMSNorm saturation per norm", plot_saturation(runs, out))
     add("Residual flow per layer", plot_flow(runs, out))
+    add("Optimizer ε: damping per matrix type", plot_matrix_metric(runs, out, "damping"))
     add("MoE routing", plot_moe(runs, out))
     return write_index(out, runs, figures)
