@@ -28,6 +28,7 @@ VERBS: dict[str, str] = {
     "sweep": "sweep",
     "anchor": "anchor",
     "reproduce": "reproduce",
+    "crossover": "crossover",
     "doctor": "doctor",
     "init-report": "init_report",
 }

@@ -26,9 +26,18 @@ def lr_at(step: int, max_steps: int, cfg: OptimConfig) -> float:
         p = min(1.0, (step - cfg.warmup_steps) / span)
         return low + (peak - low) * 0.5 * (1.0 + math.cos(math.pi * p))
     # wsd
-    decay_steps = max(1, round(cfg.decay_fraction * max_steps))
-    decay_start = max(cfg.warmup_steps, max_steps - decay_steps)
+    decay_start = wsd_decay_start(max_steps, cfg)
     if step < decay_start:
         return peak
     p = min(1.0, (step - decay_start) / max(1, max_steps - 1 - decay_start))
     return peak + (low - peak) * p
+
+
+def wsd_decay_start(max_steps: int, cfg: OptimConfig) -> int:
+    """First step of a WSD run's decay: max(warmup_steps, max_steps − max(1, round(decay_fraction · max_steps))).
+
+    Before it the WSD rate equals the constant schedule's, so a cooldown branch that resumes a constant-rate
+    trunk's checkpoint at this step and decays to ``max_steps`` is the same run as WSD from the start.
+    """
+    decay_steps = max(1, round(cfg.decay_fraction * max_steps))
+    return max(cfg.warmup_steps, max_steps - decay_steps)

@@ -1,0 +1,144 @@
+"""smallinit crossover ARM ARM [ARM …] --tokens D --seeds K --out DIR: loss against budget, and where arms cross."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "train arms × seeds once each with cooldown branches at D/16 … D; fit L(D), the gap and the crossing budget"
+
+EPILOG = """\
+An ARM is NAME:key=value[,key=value…] (dotted config overrides) or a YAML file with `name:` and `overrides:`
+(a list of "key=value" or a mapping). The first arm is the baseline unless --baseline names another.
+Same seed = same batches in every arm, so the gap G(D) = L_baseline(D) − L_arm(D) is paired by seed.
+
+examples:
+  smallinit crossover baseline:model.gamma=0.5,model.norm_eps=1e-5,model.gate=none \\
+      paper:model.gamma=1.0,model.norm_eps=1e-12,model.gate=elementwise \\
+      --config tiny --set data.path=data/en-bytes --tokens 8M --seeds 2 --jobs 2 --out out/xover
+  smallinit crossover ... --dry-run      # the plan: runs, tokens, tokens per parameter, estimated time
+"""
+
+
+def parse_tokens(text: str) -> int:
+    """"8M", "8e6", "500k", "1.5G" → an integer token count (> 0)."""
+    from smallinit.errors import ConfigError
+
+    t = text.strip().lower().replace("_", "")
+    mult = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}.get(t[-1:], 1.0)
+    try:
+        v = float(t[:-1] if t[-1:] in "kmgb" else t) * mult
+    except ValueError:
+        raise ConfigError(f"--tokens: not a token count: {text!r} (e.g. 8M, 8e6)") from None
+    if not v >= 1:
+        raise ConfigError(f"--tokens must be >= 1, got {text!r}")
+    return int(round(v))
+
+
+def parse_arm(text: str) -> tuple[str, list[str]]:
+    """NAME:key=value,… or a YAML file → (name, overrides)."""
+    from pathlib import Path
+
+    import yaml
+
+    from smallinit.errors import ConfigError
+
+    if text.endswith((".yaml", ".yml")):
+        p = Path(text)
+        if not p.is_file():
+            raise ConfigError(f"arm file {text} does not exist")
+        d = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(d, dict) or "name" not in d:
+            raise ConfigError(f"arm file {text}: needs `name:` and `overrides:`")
+        ov = d.get("overrides") or []
+        ov = [f"{k}={v}" for k, v in ov.items()] if isinstance(ov, dict) else [str(x) for x in ov]
+        return str(d["name"]), ov
+    name, sep, rest = text.partition(":")
+    if not sep or not name:
+        raise ConfigError(f"arm {text!r}: write NAME:key=value[,key=value…] or give a YAML file")
+    ov = [x.strip() for x in rest.split(",") if x.strip()]
+    bad = [x for x in ov if "=" not in x]
+    if bad:
+        raise ConfigError(f"arm {name!r}: {bad[0]!r} is not key=value")
+    return name, ov
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    p.add_argument("arms", nargs="+", metavar="ARM", help="NAME:key=value,… or an arm YAML file (≥ 2 arms)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (new, empty, or this crossover's)")
+    p.add_argument("--tokens", required=True, type=parse_tokens, metavar="D", help="largest budget, e.g. 8M")
+    p.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds 0..K-1 for every arm (default 1)")
+    p.add_argument("--config", default="tiny", metavar="PRESET_OR_YAML", help="base run config (default tiny)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every arm")
+    p.add_argument("--baseline", help="the arm the others are compared with (default: the first)")
+    p.add_argument("--budgets", default="1/16,1/8,1/4,1/2,1", metavar="F,F,…",
+                   help="budgets as fractions of D (default 1/16,1/8,1/4,1/2,1)")
+    p.add_argument("--cooldown", type=float, default=0.2, help="decay over the last c of each budget (default 0.2)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="runs at a time (default 1)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
+
+
+def _fractions(text: str) -> list[float]:
+    from fractions import Fraction
+
+    from smallinit.errors import ConfigError
+
+    try:
+        return [float(Fraction(x.strip())) for x in text.split(",") if x.strip()]
+    except (ValueError, ZeroDivisionError):
+        raise ConfigError(f"--budgets: not a list of fractions: {text!r}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from smallinit.errors import ConfigError
+    from smallinit.experiments.crossover import CrossoverSpec, plan_jobs, run_crossover
+
+    if args.seeds < 1 or args.jobs < 1 or args.threads < 0:
+        raise ConfigError("--seeds and --jobs must be >= 1 and --threads >= 0")
+    arms = dict(parse_arm(a) for a in args.arms)
+    if len(arms) != len(args.arms):
+        raise ConfigError("two arms share a name")
+    spec = CrossoverSpec(arms=arms, baseline=args.baseline or next(iter(arms)), tokens=args.tokens, base=args.config,
+                         overrides=list(args.set), seeds=list(range(args.seeds)), fractions=_fractions(args.budgets),
+                         cooldown=args.cooldown)
+    spec.validate()
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    if args.dry_run:
+        print_plan(spec, Path(args.out), threads, args.jobs)
+        return 0
+    result = run_crossover(spec, args.out, workers=args.jobs, threads=threads)
+    for arm, a in result["analyses"].items():
+        print(f"{arm} vs {spec.baseline}: {a['answer']}\n  verdict: {a['verdict']} — {a['reason']}")
+    print(f"report: {Path(args.out) / 'crossover.md'}")
+    return 0
+
+
+def print_plan(spec, out, threads: int, jobs: int) -> None:
+    """Every run's steps, tokens, tokens per parameter and estimated time at a throughput measured here."""
+    from smallinit.experiments.crossover import plan_jobs
+    from smallinit.experiments.sweep import fmt_seconds, measure_gflops, model_cost
+    from smallinit.train.config import config_from_dict
+
+    trunks, branches, budgets = plan_jobs(spec, out, threads)
+    gflops = measure_gflops(trunks[0].config, threads=threads)
+    total = 0.0
+    print(f"{len(trunks)} trunks + {len(branches)} branches; budgets "
+          f"{', '.join(f'{b.tokens:,}' for b in budgets)} tokens (time at {gflops:.1f} GFLOP/s per run, {threads} "
+          f"thread(s), {jobs} at a time)")
+    for j in trunks + branches:
+        c = model_cost(j.config)
+        steps = j.config["train"]["max_steps"] - j.start
+        tokens = steps * j.config["train"]["batch_size"] * j.config["data"]["seq_len"]
+        secs = c["flops_per_token"] * tokens / (gflops * 1e9)
+        total += secs
+        cfg = config_from_dict(j.config)
+        end = cfg.train.max_steps * cfg.train.batch_size * cfg.data.seq_len
+        print(f"  {j.arm:<12} seed {j.seed} {j.kind:<6} steps {j.start:>6}→{cfg.train.max_steps:<6} "
+              f"trains {tokens / 1e6:7.2f}M tokens (ends at {end / c['non_embedding_params']:7.1f} tokens/param) "
+              f"≈ {fmt_seconds(secs)}")
+    print(f"total ≈ {fmt_seconds(total / jobs)} with {jobs} at a time (training only; evaluations add a few %)")

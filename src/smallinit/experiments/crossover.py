@@ -1,0 +1,349 @@
+"""Loss against budget for several training settings ("arms"), from one run per arm × seed plus cooldown branches.
+
+DESIGN.md §2, "Budgets and the crossing". Every arm × seed trains one **trunk** at the peak learning rate after
+warmup (the stable phase of warmup–stable–decay). For each budget D_k (default D/16, D/8, D/4, D/2, D) a
+**cooldown branch** starts from the trunk's checkpoint at s_k = (1 − c)·S_k steps (S_k = D_k / tokens per step,
+c = 0.2) and decays the rate linearly to 0 at S_k: its final validation loss is the annealed L(D_k). The branch's
+schedule is WSD with ``max_steps = S_k`` (:func:`smallinit.train.schedule.wsd_decay_start`), so a branch is the same
+run as WSD trained from step 0 — bit for bit, since batches depend on (seed, step) only.
+
+Layout of ``OUT``::
+
+    crossover.spec.json            what was asked (a rerun with another spec is refused)
+    runs/ARM/seedS/trunk/          the stable-phase run (checkpoints at every s_k kept)
+    runs/ARM/seedS/D<tokens>/      one cooldown branch per budget (an ordinary, resumable run directory)
+    crossover.json  crossover.md  crossover.png
+
+Runs are ordinary run directories: a rerun skips finished ones and resumes interrupted ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from smallinit.crossing import CrossoverAnalysis, analyse_crossover
+from smallinit.errors import ConfigError, RunDirError
+from smallinit.io import atomic_write_json, atomic_write_text
+from smallinit.train.config import RunConfig, load_config, save_config
+from smallinit.train.schedule import wsd_decay_start
+
+DEFAULT_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
+SPEC_FILE = "crossover.spec.json"
+
+
+@dataclass
+class CrossoverSpec:
+    """What ``smallinit crossover`` runs."""
+
+    arms: dict[str, list[str]]
+    """Arm name → dotted overrides (``model.gamma=1.0`` …) applied on top of ``base`` and ``overrides``."""
+    baseline: str
+    """The arm every other arm is compared with: G(D) = L_baseline(D) − L_arm(D)."""
+    tokens: int
+    """The largest budget D (training tokens per arm × seed)."""
+    base: str = "tiny"
+    """Preset name or YAML path of the run config every arm starts from."""
+    overrides: list[str] = field(default_factory=list)
+    """Dotted overrides for every arm (data path, batch, learning rate …)."""
+    seeds: list[int] = field(default_factory=lambda: [0])
+    fractions: list[float] = field(default_factory=lambda: list(DEFAULT_FRACTIONS))
+    """Budgets as fractions of ``tokens`` (increasing, last = 1)."""
+    cooldown: float = 0.2
+    """c: a branch decays over the last c·S_k steps of its budget."""
+
+    def validate(self) -> None:
+        if len(self.arms) < 2:
+            raise ConfigError(f"a crossover needs at least 2 arms, got {len(self.arms)}")
+        if self.baseline not in self.arms:
+            raise ConfigError(f"baseline {self.baseline!r} is not one of the arms ({', '.join(self.arms)})")
+        if self.tokens <= 0:
+            raise ConfigError(f"--tokens must be > 0, got {self.tokens}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise ConfigError(f"seeds must be distinct integers >= 0, got {self.seeds}")
+        f = self.fractions
+        if not f or any(b <= a for a, b in zip(f, f[1:])) or f[0] <= 0 or abs(f[-1] - 1.0) > 1e-9:
+            raise ConfigError(f"budget fractions must increase from > 0 to 1, got {f}")
+        if not 0 < self.cooldown < 1:
+            raise ConfigError(f"cooldown fraction must be in (0, 1), got {self.cooldown}")
+        for name in self.arms:
+            if not name or "/" in name or name.startswith("."):
+                raise ConfigError(f"bad arm name {name!r} (used as a folder name)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One budget: S = steps to the end of its cooldown, start = the trunk step its branch starts from."""
+
+    steps: int
+    start: int
+    tokens: int
+
+
+@dataclass
+class Job:
+    """A trunk or a branch of one arm × seed (``start`` is the trunk step a branch copies)."""
+
+    kind: str
+    arm: str
+    seed: int
+    run_dir: Path
+    config: dict[str, Any]
+    trunk_dir: Path | None = None
+    start: int = 0
+
+
+def arm_config(spec: CrossoverSpec, arm: str, seed: int) -> RunConfig:
+    """The resolved config of ``arm`` at ``seed`` (base, then the spec's overrides, then the arm's)."""
+    return load_config(spec.base, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"])
+
+
+def plan_budgets(spec: CrossoverSpec, cfg: RunConfig) -> list[Budget]:
+    """S_k = round(f_k · D / (B·T)); start s_k = wsd_decay_start(S_k) with decay_fraction = c. Refuses budgets whose
+    cooldown would be empty or start inside the warmup."""
+    per_step = cfg.train.batch_size * cfg.data.seq_len
+    probe = copy.deepcopy(cfg.optim)
+    probe.decay_fraction = spec.cooldown
+    out = []
+    for f in spec.fractions:
+        S = int(round(f * spec.tokens / per_step))
+        start = wsd_decay_start(S, probe)
+        if S < 2 or start < 1 or start >= S:  # wsd_decay_start never starts the decay inside the warmup
+            raise ConfigError(f"budget {f:g}·D = {S} steps of {per_step} tokens is too small for a cooldown after "
+                              f"{cfg.optim.warmup_steps} warmup steps; raise --tokens or lower optim.warmup_steps")
+        out.append(Budget(S, start, S * per_step))
+    if len({b.steps for b in out}) != len(out):
+        raise ConfigError(f"budgets {[b.steps for b in out]} (steps) are not distinct; raise --tokens")
+    return out
+
+
+def _trunk_config(cfg: RunConfig, budgets: list[Budget]) -> RunConfig:
+    c = copy.deepcopy(cfg)
+    c.optim.schedule = "constant"
+    c.train.max_steps = budgets[-1].start
+    c.train.ckpt_steps = sorted({b.start for b in budgets})
+    c.train.progress = False
+    return c
+
+
+def _branch_config(cfg: RunConfig, b: Budget, cooldown: float) -> RunConfig:
+    c = copy.deepcopy(cfg)
+    c.optim.schedule, c.optim.decay_fraction, c.optim.min_lr_ratio = "wsd", cooldown, 0.0
+    c.train.max_steps = b.steps
+    c.train.ckpt_steps = []
+    c.train.progress = False
+    return c
+
+
+def plan_jobs(spec: CrossoverSpec, out: Path, threads: int = 0) -> tuple[list[Job], list[Job], list[Budget]]:
+    """(trunks, branches, budgets) for every arm × seed. ``threads`` sets train.threads of every job (0 = keep)."""
+    trunks, branches = [], []
+    budgets: list[Budget] | None = None
+    for arm in spec.arms:
+        for seed in spec.seeds:
+            cfg = arm_config(spec, arm, seed)
+            if threads:
+                cfg.train.threads = threads
+            b = plan_budgets(spec, cfg)
+            if budgets is not None and [x.tokens for x in b] != [x.tokens for x in budgets]:
+                raise ConfigError(f"arm {arm!r} has another batch or sequence length than the others: "
+                                  "budgets must be the same token counts in every arm")
+            budgets = b
+            home = out / "runs" / arm / f"seed{seed}"
+            trunks.append(Job("trunk", arm, seed, home / "trunk", _trunk_config(cfg, b).to_dict()))
+            for x in b:
+                branches.append(Job("branch", arm, seed, home / f"D{x.tokens}", _branch_config(cfg, x, spec.cooldown)
+                                    .to_dict(), trunk_dir=home / "trunk", start=x.start))
+    assert budgets is not None
+    return trunks, branches, budgets
+
+
+def make_branch(trunk_dir: Path, start: int, config: dict[str, Any], branch_dir: Path) -> None:
+    """Lay out ``branch_dir`` as a resumable run at step ``start``: the branch config, the trunk's tokenizer, a copy of
+    the trunk's checkpoint at ``start`` and its metrics up to ``start`` — assembled beside and renamed into place."""
+    from smallinit.checkpoint import CKPT_SUBDIR, ckpt_dir_name, verify_checkpoint
+    from smallinit.train.config import config_from_dict
+
+    src = trunk_dir / CKPT_SUBDIR / ckpt_dir_name(start)
+    verify_checkpoint(src)
+    tmp = branch_dir.parent / f".tmp-{branch_dir.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)  # our own leftover from a killed attempt (the name carries our pid)
+    tmp.mkdir(parents=True)
+    save_config(config_from_dict(config), tmp / "config.yaml")
+    if (trunk_dir / "tokenizer.json").is_file():
+        shutil.copy2(trunk_dir / "tokenizer.json", tmp / "tokenizer.json")
+    shutil.copytree(src, tmp / CKPT_SUBDIR / src.name)
+    lines = []
+    if (trunk_dir / "metrics.jsonl").is_file():
+        for line in (trunk_dir / "metrics.jsonl").read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError):
+                if json.loads(line)["step"] <= start:
+                    lines.append(line + "\n")
+    (tmp / "metrics.jsonl").write_text("".join(lines))
+    os.replace(tmp, branch_dir)
+
+
+def run_state(run_dir: Path) -> str:
+    """"done" (summary.json completed), "partial" (config.yaml: resumable) or "new"."""
+    try:
+        if json.loads((run_dir / "summary.json").read_text()).get("completed"):
+            return "done"
+    except (OSError, ValueError):
+        pass
+    return "partial" if (run_dir / "config.yaml").is_file() else "new"
+
+
+def run_job(job: Job) -> tuple[str, str | None]:
+    """Train, resume or branch ``job`` to completion in this process; returns (state, error line)."""
+    from smallinit.errors import SmallinitError
+    from smallinit.train.config import config_from_dict
+    from smallinit.train.loop import resume, train
+
+    state = run_state(job.run_dir)
+    if state == "done":
+        return "skipped", None
+    job.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    log = open(job.run_dir.parent / f"{job.run_dir.name}.log", "a")
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            if job.kind == "branch" and state == "new":
+                make_branch(job.trunk_dir, job.start, job.config, job.run_dir)
+                state = "partial"
+            if state == "partial":
+                resume(job.run_dir)
+            else:
+                train(config_from_dict(job.config), job.run_dir)
+        return "done", None
+    except SmallinitError as e:
+        return "failed", str(e)
+    finally:
+        log.close()
+
+
+def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[Path, tuple[str, str | None]]:
+    """Run ``jobs`` (``workers`` processes at a time; 1 = in this process) and return {run_dir: (state, error)}."""
+    results: dict[Path, tuple[str, str | None]] = {}
+
+    def report(j: Job, r: tuple[str, str | None]) -> None:
+        results[j.run_dir] = r
+        extra = f": {r[1]}" if r[1] else ""
+        log(f"[crossover] {len(results)}/{len(jobs)} {r[0]} {j.arm} seed {j.seed} {j.run_dir.name}{extra}")
+
+    if workers <= 1:
+        for j in jobs:
+            report(j, run_job(j))
+        return results
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futs = {pool.submit(run_job, j): j for j in jobs}
+        for f in as_completed(futs):
+            report(futs[f], f.result())
+    return results
+
+
+def _check_out(out: Path, spec: CrossoverSpec) -> None:
+    """OUT must be new, empty, or a crossover of the same spec (which is then continued)."""
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        p = out / SPEC_FILE
+        if not p.is_file():
+            raise RunDirError(f"--out {out} is a non-empty folder that is not a crossover; choose a new folder")
+        try:
+            old = json.loads(p.read_text())
+        except ValueError:
+            raise RunDirError(f"{p} is damaged; choose a new --out") from None
+        if old != json.loads(json.dumps(spec.to_dict())):
+            diff = [k for k in spec.to_dict() if old.get(k) != json.loads(json.dumps(spec.to_dict()[k]))]
+            raise RunDirError(f"{out} holds a crossover with another spec ({', '.join(diff)} differ); "
+                              "choose a new --out or repeat the same command to continue it")
+
+
+def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int = 1, threads: int = 0,
+                  log: Callable[[str], None] | None = None, n_boot: int = 300) -> dict[str, Any]:
+    """Plan, train (trunks, then branches), analyse and write the report; returns the crossover.json content."""
+    from smallinit.train.loop import RunLock
+
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    spec.validate()
+    out = Path(out_dir)
+    _check_out(out, spec)
+    trunks, branches, budgets = plan_jobs(spec, out, threads)  # config errors surface before any folder exists
+    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out):
+        atomic_write_json(out / SPEC_FILE, spec.to_dict())
+        done_trunks = execute(trunks, workers, log)
+        ok = {(j.arm, j.seed) for j in trunks if done_trunks[j.run_dir][0] in ("done", "skipped")}
+        execute([b for b in branches if (b.arm, b.seed) in ok], workers, log)
+        result = analyse(spec, out, budgets, n_boot=n_boot)
+        write_report(result, out)
+    return result
+
+
+def collect_losses(spec: CrossoverSpec, out: Path, budgets: list[Budget]) -> dict[str, dict[int, list[float | None]]]:
+    """L[arm][seed] = the branches' final validation losses at each budget (None where a branch did not finish)."""
+    losses: dict[str, dict[int, list[float | None]]] = {}
+    for arm in spec.arms:
+        for seed in spec.seeds:
+            row = []
+            for b in budgets:
+                try:
+                    s = json.loads((out / "runs" / arm / f"seed{seed}" / f"D{b.tokens}" / "summary.json").read_text())
+                    v = s.get("final_val_loss") if s.get("completed") else None
+                except (OSError, ValueError):
+                    v = None
+                row.append(v if v is not None and math.isfinite(v) else None)
+            losses.setdefault(arm, {})[seed] = row
+    return losses
+
+
+def analyse(spec: CrossoverSpec, out: Path, budgets: list[Budget], n_boot: int = 300,
+            noise_floor: float | None = None) -> dict[str, Any]:
+    """Every non-baseline arm against the baseline (:func:`smallinit.crossing.analyse_crossover`)."""
+    cfg = arm_config(spec, spec.baseline, spec.seeds[0])
+    meta_vocab = _data_vocab(cfg)
+    if meta_vocab:
+        cfg.model.vocab_size = meta_vocab
+    cfg.model.max_seq_len = max(cfg.model.max_seq_len, cfg.data.seq_len)
+    n_non_emb = cfg.model.num_params(non_embedding=True)
+    losses = collect_losses(spec, out, budgets)
+    D = [b.tokens for b in budgets]
+    analyses: dict[str, CrossoverAnalysis] = {}
+    for arm in spec.arms:
+        if arm != spec.baseline:
+            analyses[arm] = analyse_crossover(D, losses, spec.baseline, arm, non_embedding_params=n_non_emb,
+                                              n_boot=n_boot, noise_floor=noise_floor)
+    return {"spec": spec.to_dict(), "budgets": [asdict(b) for b in budgets], "non_embedding_params": n_non_emb,
+            "tokens_per_param": [d / n_non_emb for d in D], "losses": {a: {str(s): v for s, v in r.items()}
+                                                                      for a, r in losses.items()},
+            "analyses": {a: x.to_dict() for a, x in analyses.items()}}
+
+
+def _data_vocab(cfg: RunConfig) -> int | None:
+    try:
+        return int(json.loads((Path(cfg.data.path) / "meta.json").read_text())["vocab_size"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def write_report(result: dict[str, Any], out: Path) -> None:
+    """crossover.json, crossover.md and crossover.png (:mod:`smallinit.experiments.crossover_report`)."""
+    from smallinit.experiments.crossover_report import crossover_figure, crossover_markdown
+
+    atomic_write_json(out / "crossover.json", result)
+    crossover_figure(result, out / "crossover.png")
+    atomic_write_text(out / "crossover.md", crossover_markdown(result, figure="crossover.png"))

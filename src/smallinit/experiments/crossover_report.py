@@ -1,0 +1,125 @@
+"""Rendering of a crossover result (``crossover.json``): the L(D) / G(D) figure and the Markdown report."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from smallinit.figures import color, pyplot, save_png
+
+
+def _fit_curve(fit: dict[str, Any] | None, D):
+    import numpy as np
+
+    if not fit:
+        return None
+    return fit["E"] + fit["A"] * np.power(np.asarray(D, dtype=float), -fit["alpha"])
+
+
+def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Left: L(D) per arm (each seed a dot, the seed mean a line, the fit L = E + B·D^(−β) dashed, log D).
+    Right: G(D) = L_baseline − L_arm per arm with seed-paired 95% t-intervals, and the fitted gap (dashed)."""
+    import numpy as np
+
+    plt = pyplot()
+    D = np.array([b["tokens"] for b in result["budgets"]], dtype=float)
+    grid = np.geomspace(D[0], D[-1] * 4, 200)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    base = result["spec"]["baseline"]
+    fits = {k: v for a in result["analyses"].values() for k, v in a["fits"].items() if v}
+    for i, (arm, per_seed) in enumerate(result["losses"].items()):
+        rows = np.array([[np.nan if v is None else v for v in vals] for vals in per_seed.values()], dtype=float)
+        for r in rows:
+            ax1.plot(D, r, "o", ms=3, color=color(i), alpha=0.5)
+        ax1.plot(D, np.nanmean(rows, axis=0), "-", color=color(i), label=arm)
+        y = _fit_curve(fits.get(arm), grid)
+        if y is not None:
+            ax1.plot(grid, y, "--", color=color(i), lw=0.8)
+    ax1.set_xscale("log")
+    ax1.set_xlabel("training tokens D")
+    ax1.set_ylabel("annealed validation loss L(D)")
+    ax1.set_title("loss vs budget (dots: seeds; dashed: fit)")
+    ax1.legend(fontsize=8)
+    for i, (arm, a) in enumerate(result["analyses"].items(), start=1):
+        g = [x["value"] for x in a["gap"]]
+        lo = [x["lo"] if x["lo"] is not None else x["value"] for x in a["gap"]]
+        hi = [x["hi"] if x["hi"] is not None else x["value"] for x in a["gap"]]
+        ok = [v is not None for v in g]
+        d = D[ok]
+        gv = np.array([v for v in g if v is not None])
+        err = np.array([[v - l for v, l, k in zip(g, lo, ok) if k], [h - v for v, h, k in zip(g, hi, ok) if k]])
+        ax2.errorbar(d, gv, yerr=err, fmt="o-", color=color(list(result["losses"]).index(arm)), capsize=3,
+                     label=f"{base} − {arm}")
+        yb, ya = _fit_curve(a["fits"].get(base), grid), _fit_curve(a["fits"].get(arm), grid)
+        if yb is not None and ya is not None:
+            ax2.plot(grid, yb - ya, "--", color=color(list(result["losses"]).index(arm)), lw=0.8)
+    ax2.axhline(0, color="k", lw=0.8)
+    ax2.set_xscale("log")
+    ax2.set_xlabel("training tokens D")
+    ax2.set_ylabel("G(D) = L_baseline − L_arm  (> 0: arm ahead)")
+    ax2.set_title("gap with seed-paired 95% intervals")
+    ax2.legend(fontsize=8)
+    return save_png(fig, path)
+
+
+def _f(x: float | None, spec: str = ".4f") -> str:
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str:
+    """The report: one-line answers first, then L(D) per arm, G(D) per arm with intervals, the fits and verdicts."""
+    spec = result["spec"]
+    base = spec["baseline"]
+    D = [b["tokens"] for b in result["budgets"]]
+    tpp = result["tokens_per_param"]
+    lines = ["# Crossover: loss against training budget", ""]
+    for arm, a in result["analyses"].items():
+        lines.append(f"- **{arm} vs {base}**: {a['answer']}. Verdict: **{a['verdict']}** — {a['reason']}.")
+    lines += ["", f"Arms ({len(spec['seeds'])} seed(s): {', '.join(map(str, spec['seeds']))}; base `{spec['base']}` "
+              f"with `{' '.join(spec['overrides']) or '—'}`):", ""]
+    for arm, ov in spec["arms"].items():
+        lines.append(f"- `{arm}`{' (baseline)' if arm == base else ''}: `{' '.join(ov) or '—'}`")
+    lines += ["", f"Each budget's loss is the final validation loss of a cooldown branch (the last "
+              f"{spec['cooldown']:g}·D_k of steps decaying linearly to 0) from the arm's constant-rate trunk; "
+              f"tokens per parameter use {result['non_embedding_params']:,} non-embedding parameters.", ""]
+    if figure:
+        lines += [f"![L(D) and G(D)]({figure})", ""]
+    arms = list(result["losses"])
+    lines += ["## L(D): annealed validation loss (seed mean; seeds in brackets)", "",
+              "| D (tokens) | tokens/param | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
+    for j, d in enumerate(D):
+        cells = []
+        for arm in arms:
+            vals = [v[j] for v in result["losses"][arm].values()]
+            ok = [v for v in vals if v is not None]
+            mean = sum(ok) / len(ok) if ok else None
+            cells.append(f"{_f(mean)} [{', '.join(_f(v) for v in vals)}]" if len(vals) > 1 else _f(mean))
+        lines.append(f"| {d:,} | {tpp[j]:.3g} | " + " | ".join(cells) + " |")
+    for arm, a in result["analyses"].items():
+        lines += ["", f"## G(D) = L({base}) − L({arm})  (> 0: {arm} ahead)", "",
+                  "| D (tokens) | G (nats) | 95% interval | interval |", "|---|---|---|---|"]
+        for d, g in zip(D, a["gap"]):
+            lines.append(f"| {d:,} | {_f(g['value'], '+.4f')} | [{_f(g['lo'], '+.4f')}, {_f(g['hi'], '+.4f')}] | "
+                         f"{g['method']} |")
+        ch = a["gap_change"]
+        lines += ["", f"Change of the gap over the last 4× of budget: {_f(ch['value'], '+.4f')} "
+                  f"[{_f(ch['lo'], '+.4f')}, {_f(ch['hi'], '+.4f')}] nats (> 0: closing).", "",
+                  "| fit L(D) = E + B·D^(−β) | E | β | R² | residuals |", "|---|---|---|---|---|"]
+        for name in (base, arm):
+            fit = a["fits"].get(name)
+            if fit:
+                lines.append(f"| {name} | {fit['E']:.4f} | {fit['alpha']:.3f} | {_f(fit.get('r2'), '.4f')} | "
+                             f"{', '.join(f'{r:+.4f}' for r in fit['residuals'])} |")
+            else:
+                lines.append(f"| {name} | — | — | — | no fit |")
+        c = a["crossing"]
+        share = c.get("crossing_share")
+        lines += ["", f"Crossing: {c['status']}" + (f", D* ≈ {c['D_star']:.3g} tokens" if c["D_star"] else "")
+                  + (f" [{_f(c['lo'], '.3g')}, {_f(c['hi'], '.3g') if c['hi'] else '∞'}]" if c["status"] == "crosses"
+                     else "") + (f"; {share:.0%} of bootstrap draws cross below {c['horizon']:.3g} tokens"
+                                 if share is not None else "") + (" — **extrapolated**" if c["extrapolated"] else "")]
+        for n in a.get("notes") or []:
+            lines.append(f"- note: {n}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,179 @@
+"""The crossover: loss-vs-budget fits, the crossing budget, the loss-claim verdict, and cooldown branches."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+from smallinit.crossing import (INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SUPPORTED, Crossing, analyse_crossover,
+                                loss_claim_verdict)
+from smallinit.stats import Interval, cluster_bootstrap_ci, paired_t_interval
+from conftest import tiny_overrides
+
+D_MAX = 8e6
+BUDGETS = [D_MAX / 16, D_MAX / 8, D_MAX / 4, D_MAX / 2, D_MAX]
+
+
+def curves(fb, fv, seeds=3, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"base": {s: [fb(d) + rng.normal(0, noise) for d in BUDGETS] for s in range(seeds)},
+            "var": {s: [fv(d) + rng.normal(0, noise) for d in BUDGETS] for s in range(seeds)}}
+
+
+def true_crossing(fb, fv):
+    return math.exp(brentq(lambda x: fb(math.exp(x)) - fv(math.exp(x)), math.log(1e3), math.log(1e13)))
+
+
+@pytest.mark.parametrize("fv,noise", [(lambda D: 1.9 + 200 * D ** -0.4, 0.001),  # crosses inside the range
+                                      (lambda D: 1.97 + 150 * D ** -0.38, 0.0)])  # 6.5× beyond D_max
+def test_fit_recovers_a_known_crossing_within_10_percent(fv, noise):
+    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
+    want = true_crossing(fb, fv)
+    a = analyse_crossover(BUDGETS, curves(fb, fv, noise=noise), "base", "var", n_boot=60)
+    assert a.crossing.status == "crosses"
+    assert abs(a.crossing.D_star / want - 1) < 0.10, (a.crossing.D_star, want)
+    assert a.crossing.lo <= a.crossing.D_star <= (a.crossing.hi or math.inf)
+    assert not a.crossing.extrapolated  # both within 10× the largest budget
+
+
+def test_a_noisy_extrapolated_crossing_is_covered_by_its_interval_and_flagged_beyond_10x():
+    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
+    fv = lambda D: 1.97 + 150 * D ** -0.38  # noqa: E731
+    want = true_crossing(fb, fv)
+    a = analyse_crossover(BUDGETS, curves(fb, fv, noise=0.001), "base", "var", n_boot=100)
+    assert a.crossing.lo <= want <= a.crossing.hi
+    far = analyse_crossover(BUDGETS, curves(fb, lambda D: 1.99 + 100 * D ** -0.36), "base", "var", n_boot=20)
+    assert far.crossing.status == "crosses" and far.crossing.extrapolated
+    assert far.verdict.startswith(INCONCLUSIVE)  # an extrapolated crossing never decides a verdict
+
+
+def test_curves_that_never_cross_say_so():
+    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
+    fv = lambda D: 2.1 + 30 * D ** -0.3  # noqa: E731  (always 0.1 behind)
+    a = analyse_crossover(BUDGETS, curves(fb, fv, noise=0.001), "base", "var", n_boot=60)
+    assert a.crossing.status == "no crossing" and a.crossing.D_star is None
+    assert "no crossing predicted below" in a.answer
+    assert a.verdict == NOT_SUPPORTED  # behind beyond noise, not closing, no crossing
+
+
+def test_verdict_supported_when_the_variant_is_ahead_beyond_noise():
+    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
+    a = analyse_crossover(BUDGETS, curves(fb, lambda D: fb(D) - 0.05, noise=0.002), "base", "var", n_boot=30)
+    assert a.verdict == SUPPORTED and a.gap[-1].lo > 0
+
+
+def test_closing_gap_is_not_reached_rather_than_not_supported():
+    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
+    fv = lambda D: 1.97 + 150 * D ** -0.38  # noqa: E731  behind at D_max, closing
+    a = analyse_crossover(BUDGETS, curves(fb, fv, noise=0.001), "base", "var", n_boot=30)
+    assert a.gap[-1].hi < 0  # still behind beyond noise ...
+    assert a.gap_change.value > 0  # ... but closing
+    assert a.verdict == NOT_REACHED and "cross" in a.reason
+
+
+def test_noise_only_is_inconclusive_and_one_seed_needs_a_floor():
+    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
+    a = analyse_crossover(BUDGETS, curves(fb, fb, noise=0.01, seeds=3, seed=4), "base", "var", n_boot=30)
+    assert a.verdict.startswith(INCONCLUSIVE)
+    one = Interval(0.2, None, None, "one seed", 1)
+    none = Crossing("no crossing", None, None, None, False, 1e9)
+    assert loss_claim_verdict(one, Interval(None, None, None, "", 0), none, 1, None)[0] == INCONCLUSIVE
+    assert loss_claim_verdict(one, Interval(None, None, None, "", 0), none, 1, 0.05)[0] == SUPPORTED
+    assert loss_claim_verdict(one, Interval(None, None, None, "", 0), none, 1, 0.5)[0] == INCONCLUSIVE
+
+
+def test_paired_t_interval_is_the_textbook_one():
+    iv = paired_t_interval([0.10, 0.14])
+    # mean 0.12, sd 0.02828, t(1, .975) = 12.706: half-width 12.706 * 0.02828 / sqrt 2 = 0.2541
+    assert iv.value == pytest.approx(0.12)
+    assert iv.hi - iv.value == pytest.approx(12.7062 * 0.028284 / math.sqrt(2), rel=1e-3)
+    # ≈ 4× wider than the old "range over seeds" half-width (0.04 → here 0.254: the old rule said "supported")
+    assert iv.lo < 0 < iv.hi
+    assert paired_t_interval([0.3]).lo is None
+
+
+def test_cluster_bootstrap_resamples_windows_not_tokens():
+    rng = np.random.default_rng(0)
+    win = np.repeat(np.arange(20), 50)
+    shared = rng.normal(0, 1, 20)[win]  # tokens of a window share its offset: strong within-window correlation
+    vals = shared + rng.normal(0, 0.1, win.size)
+    by_window = cluster_bootstrap_ci(vals, win, n_boot=500)
+    by_token = cluster_bootstrap_ci(vals, np.arange(win.size), n_boot=500)
+    # treating tokens as independent understates the uncertainty several-fold
+    assert (by_window.hi - by_window.lo) > 4 * (by_token.hi - by_token.lo)
+
+
+# ---- cooldown branches and resume (real training on the tiny corpus) ------------------------------------
+
+def _spec(token_dir, **kw):
+    from smallinit.experiments.crossover import CrossoverSpec
+
+    ov = tiny_overrides(token_dir, **{"train.eval_every": 1000, "train.ckpt_every": 1000})
+    return CrossoverSpec(arms={"base": ["model.gamma=0.5"], "small": ["model.gamma=1.0"]}, baseline="base",
+                         tokens=4 * 32 * 40, base="tiny", overrides=ov, seeds=[0], fractions=[0.25, 0.5, 1.0], **kw)
+
+
+def _losses(run_dir):
+    return [r["loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+
+
+def test_a_cooldown_branch_equals_wsd_from_the_start(token_dir, tmp_path):
+    from smallinit.experiments.crossover import plan_jobs, run_job
+    from smallinit.train.config import config_from_dict
+    from smallinit.train.loop import train
+
+    spec = _spec(token_dir)
+    trunks, branches, budgets = plan_jobs(spec, tmp_path / "x")
+    assert [b.steps for b in budgets] == [10, 20, 40] and [b.start for b in budgets] == [8, 16, 32]
+    trunk = next(j for j in trunks if j.arm == "small")
+    branch = next(j for j in branches if j.arm == "small" and j.start == 16)
+    assert run_job(trunk)[0] == "done" and run_job(branch)[0] == "done"
+    direct = config_from_dict(branch.config)  # WSD to 20 steps, trained from step 0 in one go
+    train(direct, tmp_path / "direct")
+    assert _losses(branch.run_dir) == _losses(tmp_path / "direct")  # bit-identical
+    got = json.loads((branch.run_dir / "summary.json").read_text())["final_val_loss"]
+    assert got == json.loads((tmp_path / "direct" / "summary.json").read_text())["final_val_loss"]
+
+
+def test_rerun_after_a_kill_mid_branch_skips_finished_work(token_dir, tmp_path):
+    from smallinit.checkpoint import list_checkpoints
+    from smallinit.experiments.crossover import run_crossover
+
+    out = tmp_path / "x"
+    logs: list[str] = []
+    res = run_crossover(_spec(token_dir), out, log=logs.append, n_boot=20)
+    assert sum("done" in l for l in logs) == 2 + 6
+    assert set(res["analyses"]) == {"small"} and len(res["analyses"]["small"]["gap"]) == 3
+    assert (out / "crossover.md").read_text().startswith("# Crossover")
+    assert (out / "crossover.png").stat().st_size > 1000
+    # a kill in the middle of one branch: its summary not yet written, its last checkpoint mid-way
+    killed = out / "runs" / "small" / "seed0" / "D5120"
+    (killed / "summary.json").unlink()
+    finished = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/seed0/*/summary.json")}
+    assert list_checkpoints(killed)
+    logs.clear()
+    run_crossover(_spec(token_dir), out, log=logs.append, n_boot=20)
+    assert sum("skipped" in l for l in logs) == 2 + 5 and sum(" done " in l for l in logs) == 1
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished  # finished runs untouched
+    assert json.loads((killed / "summary.json").read_text())["completed"]
+
+
+def test_out_dir_with_another_spec_or_foreign_files_is_refused(token_dir, tmp_path):
+    from smallinit.errors import ConfigError, RunDirError
+    from smallinit.experiments.crossover import run_crossover
+
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(RunDirError, match="not a crossover"):
+        run_crossover(_spec(token_dir), foreign)
+    assert (foreign / "notes.txt").read_text() == "keep me"
+    spec = _spec(token_dir)
+    spec.baseline = "nope"
+    with pytest.raises(ConfigError, match="baseline"):
+        run_crossover(spec, tmp_path / "new")
+    assert not (tmp_path / "new").exists()  # a failed check leaves no folder behind
