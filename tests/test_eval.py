@@ -241,8 +241,8 @@ def test_scorer_config_errors(tok):
 
 
 def test_score_mc_acc_and_acc_norm_with_fixed_logprobs():
-    items = [MCItem("p1", [" ab", " abcdefgh"], 1), MCItem("p2", [" yes", " no"], 0), MCItem("p3", [" x", " y"], 1)]
-    # item 1: sum favours " ab" (-3 > -4.5), per byte favours the long one (-1.0 < -0.5): acc wrong, norm right
+    items = [MCItem("p1", ["ab", "abcdefgh"], 1), MCItem("p2", ["yes", "no"], 0), MCItem("p3", ["x", "y"], 1)]
+    # item 1: sum favours "ab" (-3 > -4.5), per character favours the long one (-0.5625 > -1.5): acc wrong, norm right
     fake = FakeScorer({" ab": -3.0, " abcdefgh": -4.5, " yes": -1.0, " no": -2.0, " x": -1.0, " y": -5.0})
     res = score_mc(fake, "t", items)
     assert [r["pred"] for r in res.records] == [0, 0, 0]
@@ -250,6 +250,30 @@ def test_score_mc_acc_and_acc_norm_with_fixed_logprobs():
     assert res.metrics["acc"] == pytest.approx(1 / 3) and res.metrics["acc_norm"] == pytest.approx(2 / 3)
     assert res.metrics["acc_stderr"] == pytest.approx(math.sqrt((1 / 3) * (2 / 3) / 2))
     assert len(fake.requests) == 6
+    assert all(cont.startswith(" ") for _, cont in fake.requests)  # the delimiter is scored ...
+
+
+def test_acc_norm_divides_by_characters_without_the_delimiter_as_the_harness_does():
+    # ... but not counted: "é" is 1 character, 2 bytes. ll/len: "éé" -2.2/2 = -1.1, "ab" -2.0/2 = -1.0 -> "ab";
+    # with the delimiter counted (the old rule, bytes): -2.2/5 = -0.44 > -2.0/3 = -0.67 -> "éé". acc_bytes (no
+    # delimiter, bytes): -2.2/4 = -0.55 > -1.0 -> "éé".
+    item = MCItem("q", ["éé", "ab"], 1)
+    fake = FakeScorer({" éé": -2.2, " ab": -2.0})
+    res = score_mc(fake, "t", [item])
+    r = res.records[0]
+    assert r["pred"] == 1 and r["pred_norm"] == 1 and r["pred_bytes"] == 0
+    assert res.metrics["acc_norm"] == 1.0 and res.metrics["acc_bytes"] == 0.0
+    # the harness's own formula on the same numbers
+    import numpy as np
+    lls, choices = np.array([-2.2, -2.0]), ["éé", "ab"]
+    assert int(np.argmax(lls / np.array([float(len(c)) for c in choices]))) == r["pred_norm"]
+
+
+def test_partial_scoring_scores_one_target_after_each_context():
+    item = MCItem("", ["The cup is full of", "The jug is full of"], 1, contexts=["The cup is full of",
+                                                                             "The jug is full of"], target="water.")
+    assert item.requests() == [("The cup is full of", " water."), ("The jug is full of", " water.")]
+    assert item.lengths()[0] == [6, 6]
 
 
 def test_fewshot_draw_is_deterministic_and_excludes_the_item():
@@ -259,7 +283,7 @@ def test_fewshot_draw_is_deterministic_and_excludes_the_item():
         assert len(a) == 5 and i not in a and len(set(a)) == 5
     assert sorted(fewshot_indices(3, 10, 1, exclude_self=True)) == [0, 2]  # capped at the candidates
     assert sorted(fewshot_indices(3, 10, 1, exclude_self=False)) == [0, 1, 2]
-    items = [MCItem(f"q{i}", [" a", " b"], i % 2) for i in range(6)]
+    items = [MCItem(f"q{i}", ["a", "b"], i % 2) for i in range(6)]
     shot, used = with_shots(items[:2], 2, pool=items)
     assert used == 2
     for i, it in enumerate(shot):
@@ -356,7 +380,35 @@ def test_yaml_mc_task(tmp_path, tok):
     task = YamlMCTask.from_yaml(spec2)
     items, pool = task.load()
     assert task.name == "letters" and pool is None
-    assert items[1].choices == [" A", " B"] and items[1].gold == 1 and items[0].prompt.endswith("B=Rome. Answer:")
+    assert items[1].choices == ["A", "B"] and items[1].gold == 1 and items[0].prompt.endswith("B=Rome. Answer:")
+    assert items[1].requests()[1] == (items[1].prompt, " B")  # choice_prefix is the scored delimiter
+
+
+def test_yaml_partial_scoring_winogrande_style(tmp_path, tok):
+    _write_jsonl(tmp_path / "wino.jsonl", [
+        {"sentence": "The trophy did not fit in the case because the _ was too big.", "option1": "trophy",
+         "option2": "case", "answer": "1"},
+        {"sentence": "Anna gave Maria a book because _ had finished it.", "option1": "Anna", "option2": "Maria",
+         "answer": "1"},
+    ])
+    spec = tmp_path / "wino.yaml"
+    spec.write_text('file: wino.jsonl\nblank: sentence\ncontext_choices: ["{sentence_before}{option1}", '
+                    '"{sentence_before}{option2}"]\ntarget: "{sentence_after}"\nlabel: answer\nlabels: ["1", "2"]\n',
+                    encoding="utf-8")
+    items, _ = YamlMCTask.from_yaml(spec).load()
+    assert items[0].requests() == [("The trophy did not fit in the case because the trophy", " was too big."),
+                                   ("The trophy did not fit in the case because the case", " was too big.")]
+    assert items[0].gold == 0 and items[0].lengths()[0] == [len("was too big.")] * 2
+    # scored end to end: the scripted model continues "...the trophy" with " was too big." only
+    scripts = {"The trophy did not fit in the case because the trophy": " was too big.",
+               "Anna gave Maria a book because Maria": " had finished it."}
+    out = run_tasks(LMScorer(ScriptLM(scripts), tok), [str(spec)], data_dir=tmp_path, progress=False)
+    recs = out["tasks"]["wino"]["records"]
+    assert [r["pred"] for r in recs] == [0, 1] and out["tasks"]["wino"]["metrics"]["acc"] == 0.5
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('file: wino.jsonl\ncontext_choices: ["{sentence}"]\nlabel: answer\n', encoding="utf-8")
+    with pytest.raises(DataError, match="missing key 'target'"):
+        YamlMCTask.from_yaml(bad)
 
 
 @pytest.mark.parametrize("body,match", [

@@ -1,9 +1,17 @@
 """Multiple choice by log-likelihood: HellaSwag, ARC-Easy/Challenge, CMMLU and YAML-defined tasks.
 
-Scoring. Each item is a prompt and k continuations; ll_j = log p(continuation_j | prompt) (see
-``LMScorer.loglikelihood``). ``acc`` = mean[argmax_j ll_j == gold]; ``acc_norm`` = mean[argmax_j
-ll_j / bytes_j == gold], bytes_j = length in UTF-8 bytes of continuation_j as scored (including its
-leading space). Ties go to the lowest index. ``*_stderr`` = sqrt(p (1 - p) / (n - 1)).
+Scoring, exactly as lm-evaluation-harness (``ConfigurableTask.process_results``, multiple_choice). Each item
+is a prompt and k choices; the scored continuation is ``delimiter + choice_j`` (the harness's
+``target_delimiter``, one space by default) and ll_j = log p(delimiter + choice_j | prompt) (see
+``LMScorer.loglikelihood``). ``acc`` = mean[argmax_j ll_j == gold]; ``acc_norm`` = mean[argmax_j ll_j / chars_j ==
+gold] with chars_j = ``len(choice_j)`` in Unicode characters **without** the delimiter (the harness's
+``completion_len``); ``acc_bytes`` = the same with the UTF-8 byte length of choice_j (delimiter excluded, the
+harness's ``byte_length``). Ties go to the lowest index (``np.argmax``). ``*_stderr`` = sqrt(p (1 - p) / (n - 1)).
+
+Partial scoring (WinoGrande-style; the harness's ``multiple_input``): when the *context* varies with the choice
+and the continuation is shared, an item carries ``contexts`` (one prompt per choice) and one ``target``;
+ll_j = log p(delimiter + target | context_j), and chars_j = len(target) for every j (so acc_norm = acc, as in the
+harness).
 
 Few-shot (``shots`` = K > 0, ``with_shots``): K demonstrations "prompt + gold continuation", joined
 by a blank line, are put before the prompt. They are drawn with ``random.Random(1234 + item_index)``
@@ -35,10 +43,26 @@ Files (under the data directory; prompts follow lm-evaluation-harness):
       choices: choices               # a field holding a list of strings, or a list of fields [A, B, C, D];
                                      # dotted paths reach nested fields (choices.text)
       fixed_choices: [A, B, C, D]    # instead of `choices`: the same continuations for every item
-      choice_prefix: " "             # put before every continuation (default one space)
+      choice_prefix: " "             # the harness's target_delimiter: put between context and continuation
+                                     # (default one space; not counted in acc_norm's length)
       label: answer                  # field with the gold answer: an index (int or "2"), or one of
       labels: [A, B, C, D]           # `labels` (a list, or a field path such as choices.label), or the
                                      # text of a choice
+
+  Partial scoring (the choice changes the *context*; one shared continuation), WinoGrande-style: give
+  ``context_choices`` (a list of templates, one per choice, or a field holding a list of contexts) and
+  ``target`` (the template of the shared continuation) instead of ``choices``; ``question`` is then optional
+  (a prefix put before every context). ``blank: FIELD`` splits that field at its first ``_`` into
+  ``{FIELD_before}`` and ``{FIELD_after}`` (the latter stripped, as the harness does), so raw WinoGrande
+  records (sentence, option1, option2, answer) need no preprocessing::
+
+      name: winogrande
+      file: winogrande_dev.jsonl
+      blank: sentence
+      context_choices: ["{sentence_before}{option1}", "{sentence_before}{option2}"]
+      target: "{sentence_after}"
+      label: answer
+      labels: ["1", "2"]
 """
 
 from __future__ import annotations
@@ -62,7 +86,8 @@ ARC_FILES = {"arc_easy": "arc/arc_easy_val.jsonl", "arc_challenge": "arc/arc_cha
 ARC_FORMAT = "JSON Lines with fields question, choices {text: [...], label: [...]}, answerKey"
 CMMLU_DIR = "cmmlu"
 CMMLU_FORMAT = "a folder cmmlu/test/ of CSV files with header ',Question,A,B,C,D,Answer' (optional cmmlu/dev/ alike)"
-YAML_FORMAT = "a YAML mapping with keys file, question, choices (or fixed_choices), label [, labels, fewshot_file, name]"
+YAML_FORMAT = ("a YAML mapping with keys file, question, choices (or fixed_choices, or context_choices + target), "
+               "label [, labels, fewshot_file, name, choice_prefix, blank]")
 
 
 @dataclass
@@ -71,11 +96,31 @@ class MCItem:
 
     prompt: str
     choices: list[str]
+    """The choice texts, without the delimiter (the harness's ``doc_to_choice``)."""
     gold: int
     meta: dict[str, Any] = field(default_factory=dict)
+    delimiter: str = " "
+    """Put between the prompt and every choice when scoring (the harness's ``target_delimiter``)."""
+    contexts: list[str] | None = None
+    """Partial scoring: one context per choice (the prompt is then the shared few-shot prefix, usually "")."""
+    target: str | None = None
+    """Partial scoring: the continuation scored after every context."""
+
+    def requests(self) -> list[tuple[str, str]]:
+        """(context, continuation) pairs scored for this item, one per choice."""
+        if self.contexts is not None:
+            return [(self.prompt + c, self.delimiter + (self.target or "")) for c in self.contexts]
+        return [(self.prompt, self.delimiter + c) for c in self.choices]
+
+    def lengths(self) -> tuple[list[int], list[int]]:
+        """(characters, UTF-8 bytes) per choice, delimiter excluded: the harness's acc_norm / acc_bytes divisors."""
+        texts = [self.target or ""] * len(self.choices) if self.contexts is not None else self.choices
+        return [len(t) for t in texts], [len(t.encode("utf-8")) for t in texts]
 
     def demonstration(self) -> str:
-        return self.prompt + self.choices[self.gold]
+        if self.contexts is not None:
+            return self.contexts[self.gold] + self.delimiter + (self.target or "")
+        return self.prompt + self.delimiter + self.choices[self.gold]
 
 
 # ----------------------------------------------------------------------------- few-shot
@@ -115,37 +160,57 @@ def with_shots(
         idx = fewshot_indices(len(pool), shots, i, exclude_self=exclude_self)
         used = max(used, len(idx))
         prompt = fewshot_prompt([pool[j].demonstration() for j in idx], item.prompt)
-        out.append(MCItem(prompt, item.choices, item.gold, item.meta))
+        if item.contexts is not None:  # the demonstrations go before every per-choice context
+            prefix = fewshot_prompt([pool[j].demonstration() for j in idx], "") if idx else ""
+            out.append(MCItem(item.prompt, item.choices, item.gold, item.meta, item.delimiter,
+                              [prefix + c for c in item.contexts], item.target))
+            continue
+        out.append(MCItem(prompt, item.choices, item.gold, item.meta, item.delimiter))
     return out, used
 
 
+def mc_predictions(ll: np.ndarray, chars: list[int], nbytes: list[int]) -> tuple[int, int, int]:
+    """(pred, pred_norm, pred_bytes) = argmax of ll, ll / chars, ll / bytes, exactly as lm-evaluation-harness
+    (a zero length divides to ±inf or nan there too; numpy's argmax picks the first maximum, nan first)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (int(np.argmax(ll)), int(np.argmax(ll / np.asarray(chars, dtype=np.float64))),
+                int(np.argmax(ll / np.asarray(nbytes, dtype=np.float64))))
+
+
 def score_mc(scorer: Any, name: str, items: list[MCItem], shots: int = 0) -> TaskResult:
-    """acc / acc_norm of ``items`` (prompts as given; ``shots`` is only recorded)."""
+    """acc / acc_norm / acc_bytes of ``items`` (module docstring; prompts as given; ``shots`` is only recorded)."""
     requests, spans = [], []
     for item in items:
-        spans.append((len(requests), len(item.choices)))
-        requests += [(item.prompt, c) for c in item.choices]
+        reqs = item.requests()
+        spans.append((len(requests), len(reqs)))
+        requests += reqs
     results = scorer.loglikelihood(requests) if requests else []
-    records, correct, correct_norm = [], [], []
+    records, correct, correct_norm, correct_bytes = [], [], [], []
     for i, (item, (start, k)) in enumerate(zip(items, spans)):
         ll = np.array([results[start + j][0] for j in range(k)], dtype=np.float64)
-        nbytes = np.array([max(len(c.encode("utf-8")), 1) for c in item.choices], dtype=np.float64)
-        pred, pred_norm = int(np.argmax(ll)), int(np.argmax(ll / nbytes))
+        chars, nbytes = item.lengths()
+        pred, pred_norm, pred_bytes = mc_predictions(ll, chars, nbytes)
         correct.append(pred == item.gold)
         correct_norm.append(pred_norm == item.gold)
+        correct_bytes.append(pred_bytes == item.gold)
         records.append(
-            {"index": i, **item.meta, "gold": item.gold, "pred": pred, "pred_norm": pred_norm,
+            {"index": i, **item.meta, "gold": item.gold, "pred": pred, "pred_norm": pred_norm, "pred_bytes": pred_bytes,
              "loglikelihoods": ll.tolist(), "correct": pred == item.gold, "correct_norm": pred_norm == item.gold}
         )
-    return TaskResult(name, _acc_metrics(correct, correct_norm, shots), records)
+    return TaskResult(name, _acc_metrics(correct, correct_norm, shots, correct_bytes), records)
 
 
-def _acc_metrics(correct: list[bool], correct_norm: list[bool], shots: int) -> dict[str, float]:
+def _acc_metrics(correct: list[bool], correct_norm: list[bool], shots: int,
+                 correct_bytes: list[bool] | None = None) -> dict[str, float]:
     n = len(correct)
     acc = float(np.mean(correct)) if n else float("nan")
     acc_norm = float(np.mean(correct_norm)) if n else float("nan")
-    return {"acc": acc, "acc_stderr": accuracy_stderr(acc, n), "acc_norm": acc_norm,
-            "acc_norm_stderr": accuracy_stderr(acc_norm, n), "n": n, "shots": shots}
+    out = {"acc": acc, "acc_stderr": accuracy_stderr(acc, n), "acc_norm": acc_norm,
+           "acc_norm_stderr": accuracy_stderr(acc_norm, n)}
+    if correct_bytes is not None:
+        acc_bytes = float(np.mean(correct_bytes)) if n else float("nan")
+        out.update(acc_bytes=acc_bytes, acc_bytes_stderr=accuracy_stderr(acc_bytes, n))
+    return {**out, "n": n, "shots": shots}
 
 
 # ----------------------------------------------------------------------------- HellaSwag
@@ -188,7 +253,7 @@ def load_hellaswag(path: Path, limit: int | None = None) -> list[MCItem]:
             raise DataError(f"{row.where}: 'endings' must be a non-empty list; expected {HELLASWAG_FORMAT}")
         _strings(row, "endings", endings, HELLASWAG_FORMAT, many=True)
         items.append(MCItem(_hellaswag_clean(f"{g('activity_label')}: {ctx}"),
-                            [" " + _hellaswag_clean(e) for e in endings],
+                            [_hellaswag_clean(e) for e in endings],
                             _index(g("label"), len(endings), row, HELLASWAG_FORMAT)))
     return items
 
@@ -207,7 +272,7 @@ def load_arc(path: Path, limit: int | None = None) -> list[MCItem]:
         if key not in labels:
             raise DataError(f"{row.where}: answerKey {key!r} not among labels {labels}; expected {ARC_FORMAT}")
         meta = {"id": row.data["id"]} if "id" in row.data else {}
-        items.append(MCItem(f"Question: {row.get('question', ARC_FORMAT)}\nAnswer:", [" " + t for t in texts],
+        items.append(MCItem(f"Question: {row.get('question', ARC_FORMAT)}\nAnswer:", list(texts),
                             labels.index(key), meta))
     return items
 
@@ -225,7 +290,7 @@ def load_cmmlu_file(path: Path, limit: int | None = None) -> list[MCItem]:
         if ans not in _LETTERS:
             raise DataError(f"{row.where}: Answer {ans!r} is not one of A-D; expected {CMMLU_FORMAT}")
         prompt = f"{d['Question'].strip()}\nA. {d['A']}\nB. {d['B']}\nC. {d['C']}\nD. {d['D']}\n答案："
-        items.append(MCItem(prompt, [" " + x for x in _LETTERS], _LETTERS.index(ans), {"subject": path.stem}))
+        items.append(MCItem(prompt, list(_LETTERS), _LETTERS.index(ans), {"subject": path.stem}))
     return items
 
 
@@ -259,6 +324,9 @@ class YamlMCTask:
     labels: str | list[str] | None = None
     choice_prefix: str = " "
     fewshot_file: Path | None = None
+    context_choices: str | list[str] | None = None
+    target: str | None = None
+    blank: str | None = None
 
     @classmethod
     def from_yaml(cls, path: Path) -> "YamlMCTask":
@@ -273,35 +341,67 @@ class YamlMCTask:
             raise DataError(f"{path}: malformed YAML ({e}); expected {YAML_FORMAT}") from None
         if not isinstance(spec, dict):
             raise DataError(f"{path}: expected a YAML mapping; expected {YAML_FORMAT}")
-        known = {"name", "file", "fewshot_file", "question", "choices", "fixed_choices", "choice_prefix", "label", "labels"}
+        known = {"name", "file", "fewshot_file", "question", "choices", "fixed_choices", "choice_prefix", "label", "labels",
+                 "context_choices", "target", "blank"}
         unknown = sorted(set(spec) - known)
         if unknown:
             raise DataError(f"{path}: unknown key(s) {', '.join(unknown)}; expected {YAML_FORMAT}")
-        for key in ("file", "question", "label"):
+        partial = "context_choices" in spec
+        for key in ("file", "label") + (("target",) if partial else ("question",)):
             if not spec.get(key):
                 raise DataError(f"{path}: missing key '{key}'; expected {YAML_FORMAT}")
-        if ("choices" in spec) == ("fixed_choices" in spec):
-            raise DataError(f"{path}: give exactly one of 'choices' and 'fixed_choices'; expected {YAML_FORMAT}")
+        if sum(k in spec for k in ("choices", "fixed_choices", "context_choices")) != 1:
+            raise DataError(f"{path}: give exactly one of 'choices', 'fixed_choices' and 'context_choices'; "
+                            f"expected {YAML_FORMAT}")
+        if "target" in spec and not partial:
+            raise DataError(f"{path}: 'target' goes with 'context_choices'; expected {YAML_FORMAT}")
 
         def rel(p: str | None) -> Path | None:
             return None if p is None else (Path(p) if Path(p).is_absolute() else path.parent / p)
 
-        return cls(name=str(spec.get("name") or path.stem), file=rel(spec["file"]), question=str(spec["question"]),
+        return cls(name=str(spec.get("name") or path.stem), file=rel(spec["file"]), question=str(spec.get("question") or ""),
                    choices=spec.get("choices"), label=str(spec["label"]), fixed_choices=spec.get("fixed_choices"),
                    labels=spec.get("labels"), choice_prefix=str(spec.get("choice_prefix", " ")),
-                   fewshot_file=rel(spec.get("fewshot_file")))
+                   fewshot_file=rel(spec.get("fewshot_file")), context_choices=spec.get("context_choices"),
+                   target=None if spec.get("target") is None else str(spec["target"]),
+                   blank=None if spec.get("blank") is None else str(spec["blank"]))
 
     @property
     def fmt(self) -> str:
         return f"records with the fields named by task '{self.name}' (question template, choices, label)"
 
+    def _fields(self, row: Row) -> dict[str, Any]:
+        data = dict(row.data)
+        if self.blank:
+            text = row.get(self.blank, self.fmt)
+            if not isinstance(text, str) or "_" not in text:
+                raise DataError(f"{row.where}: field '{self.blank}' (blank) has no '_' to split at; expected {self.fmt}")
+            i = text.index("_")
+            data[f"{self.blank}_before"], data[f"{self.blank}_after"] = text[:i], text[i + 1:].strip()
+        return data
+
+    def _format(self, template: str, data: dict[str, Any], row: Row, what: str) -> str:
+        try:
+            return template.format_map(data)
+        except (KeyError, IndexError) as e:
+            raise DataError(f"{row.where}: {what} template names field {e} which the record lacks; "
+                            f"expected {self.fmt}") from None
+
     def item(self, row: Row) -> MCItem:
         fmt = self.fmt
-        try:
-            prompt = self.question.format_map(row.data)
-        except (KeyError, IndexError) as e:
-            raise DataError(f"{row.where}: question template names field {e} which the record lacks; expected {fmt}") from None
-        if self.fixed_choices is not None:
+        data = self._fields(row)
+        prompt = self._format(self.question, data, row, "question") if self.question else ""
+        contexts = None
+        if self.context_choices is not None:
+            if isinstance(self.context_choices, list):
+                contexts = [self._format(str(t), data, row, "context_choices") for t in self.context_choices]
+            else:
+                contexts = row.get(str(self.context_choices), fmt)
+                if not isinstance(contexts, list) or not contexts:
+                    raise DataError(f"{row.where}: field '{self.context_choices}' is not a non-empty list; expected {fmt}")
+                contexts = [str(c) for c in contexts]
+            texts = contexts
+        elif self.fixed_choices is not None:
             texts = [str(c) for c in self.fixed_choices]
         elif isinstance(self.choices, list):
             texts = [str(row.get(c, fmt)) for c in self.choices]
@@ -323,7 +423,10 @@ class YamlMCTask:
             gold = texts.index(str(value))
         if gold is None or not 0 <= gold < len(texts):
             raise DataError(f"{row.where}: label {value!r} matches no choice of {len(texts)}; expected {fmt}")
-        return MCItem(prompt, [self.choice_prefix + t for t in texts], gold)
+        if contexts is not None:
+            return MCItem(prompt, contexts, gold, delimiter=self.choice_prefix, contexts=contexts,
+                          target=self._format(self.target or "", data, row, "target"))
+        return MCItem(prompt, texts, gold, delimiter=self.choice_prefix)
 
     def load(self) -> tuple[list[MCItem], list[MCItem] | None]:
         items = [self.item(r) for r in read_records(self.file, self.fmt)]
