@@ -38,7 +38,8 @@ def reference(m: MoE, x: torch.Tensor) -> torch.Tensor:
         top_e = torch.topk(p + bias, m.top_k).indices  # the bias steers the choice only
         top_p = p[top_e]
         y = torch.zeros_like(xt)
-        for w, e in zip(top_p / top_p.sum(), top_e.tolist()):
+        weights = top_p if m.top_k == 1 else top_p / top_p.sum()  # k = 1: Switch's unnormalized p
+        for w, e in zip(weights, top_e.tolist()):
             g = xt @ m.w_gate_up[e, :, :m.d_expert]
             u = xt @ m.w_gate_up[e, :, m.d_expert:]
             y = y + w * ((F.silu(g) * u) @ m.w_down[e])
@@ -158,6 +159,18 @@ def test_loss_functions_standalone():
     logits = torch.tensor([[0.0, 0.0], [1.0, -1.0]])
     expected = (math.log(2.0) ** 2 + math.log(math.e + 1 / math.e) ** 2) / 2
     assert router_z_loss(logits).item() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+def test_router_gets_a_language_model_gradient_for_every_top_k(top_k):
+    """Without auxiliary losses the router learns only through the output: for top_k = 1 a renormalized
+    weight (always 1) would give it exactly zero gradient; scaling by p (Switch) does not."""
+    torch.manual_seed(0)
+    m = MoE(tiny_cfg(top_k=top_k, aux_loss_coef=0.0, z_loss_coef=0.0))
+    x = torch.randn(2, 6, D)
+    y = m(x)
+    (y * torch.randn_like(y)).sum().backward()
+    assert m.router.weight.grad is not None and m.router.weight.grad.abs().sum() > 1e-6
 
 
 def test_gradients_reach_router_and_every_selected_expert():

@@ -4,7 +4,8 @@ Forward, for the N = B·T tokens x_t of a batch (E routed experts, top-k routing
 
     logits_t = W_r x_t                      (router, nn.Linear(d_model, E), no bias)
     p_t      = softmax(logits_t)             (float32)
-    S_t      = the k experts with the largest p_t,e;   w_t,e = p_t,e / Σ_{e'∈S_t} p_t,e'
+    S_t      = the k experts with the largest p_t,e;   w_t,e = p_t,e / Σ_{e'∈S_t} p_t,e'   (k ≥ 2)
+                                                       w_t,e = p_t,e                      (k = 1, Switch)
     y_t      = Σ_{e∈S_t} w_t,e · SwiGLU_e(x_t)  +  SwiGLU_shared(x_t)
 
 Each routed expert is SwiGLU_e(x) = (silu(x G_e) ⊙ (x U_e)) D_e with [G_e | U_e] = ``w_gate_up[e]``
@@ -40,9 +41,10 @@ the routers of layers ≥ 1 condense early in training (mean pairwise cosine bet
 of `small-moe`), so every token prefers the same experts whatever the router; a bias can only move all of
 them together, and the transient dead experts of that phase remain (they are gone once the states expand).
 
-With top_k = 1 the renormalized weight is always 1, so the router receives no gradient from the
-language-model loss, only from the auxiliary losses (as in Mixtral-style renormalization; Switch
-Transformer instead scales by the unnormalized p). Use top_k ≥ 2 for a router trained by the LM loss.
+With top_k = 1 a renormalized weight would always be 1 and the router would get no gradient from the
+language-model loss (only from the auxiliary losses), so for k = 1 the expert's output is scaled by the router
+probability p_t,e itself, as Switch Transformer does; for k ≥ 2 the weights are renormalized (Mixtral). The
+router's LM-loss gradient is non-zero for every k (tests/test_moe.py).
 
 The unscaled pieces and routing statistics of the last forward are kept, detached, in
 ``self.last_stats``; :func:`moe_stats` gathers them over a model.
@@ -209,7 +211,8 @@ class MoE(nn.Module):
             top_p = probs.gather(-1, top_e)
         else:
             top_p, top_e = probs.topk(k, dim=-1)  # (N, k)
-        top_w = top_p / top_p.sum(dim=-1, keepdim=True)
+        # k = 1: scale by p itself (Switch); renormalizing would make the weight 1 and starve the router
+        top_w = top_p if k == 1 else top_p / top_p.sum(dim=-1, keepdim=True)
 
         flat_e = top_e.reshape(-1)  # assignment a = t·k + slot
         order = torch.argsort(flat_e, stable=True)
