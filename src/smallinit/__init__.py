@@ -6,6 +6,7 @@
 """
 
 from smallinit.init import InitReport, InitRow, gamma_init
+from smallinit.audit import audit  # noqa: E402  (light: torch + smallinit.init)
 from smallinit.model import ModelConfig, MoEConfig, RMSNorm, Transformer
 
 __version__ = "0.1.0"
@@ -18,5 +19,5 @@ def load_checkpoint(path, map_location="cpu"):
     return _load(path, map_location=map_location)
 
 
-__all__ = ["InitReport", "InitRow", "ModelConfig", "MoEConfig", "RMSNorm", "Transformer", "gamma_init",
+__all__ = ["InitReport", "InitRow", "ModelConfig", "MoEConfig", "RMSNorm", "Transformer", "audit", "gamma_init",
            "load_checkpoint"]

@@ -31,6 +31,7 @@ VERBS: dict[str, str] = {
     "crossover": "crossover",
     "doctor": "doctor",
     "init-report": "init_report",
+    "audit": "audit",
 }
 
 

@@ -1,0 +1,321 @@
+"""What ``smallinit audit TARGET`` audits: a Hugging Face model folder or ``config.json`` (built from the config,
+never downloading), or a smallinit run directory / checkpoint / preset name / YAML config.
+
+A model whose full size exceeds ``max_params`` is audited on a **copy with ``blocks`` blocks at full width**
+(the per-matrix init and the per-block statistics of the first blocks do not depend on how many blocks follow;
+the summary says so), and, when its vocabulary exceeds ``vocab_cap``, with the vocabulary cut to ``vocab_cap``
+for the sample pass (the embedding rows are i.i.d., so σ and the hidden-state statistics do not change; the
+output head's gradient does, since the softmax spreads over fewer tokens — said in the notes).
+
+A Hugging Face config is first built on the meta device (no memory) to count its parameters; the model or copy
+that is audited is then built with ``AutoModelForCausalLM.from_config(config, dtype=float32)``, i.e. with the
+model's own ``_init_weights`` (``initializer_range`` for Llama/Qwen). Weights in the folder are *not* read: the
+audit is of the initialization the config implies.
+
+Width families (:meth:`AuditTarget.build_at_width`): the same model with d_model / hidden_size = d, heads
+scaled to keep head_dim, key/value heads and d_ff / intermediate_size scaled proportionally, the same number of
+blocks as the audited copy and the same (capped) vocabulary.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from smallinit.errors import ConfigError
+
+__all__ = ["AuditTarget", "load_target", "scale_model_config", "scale_hf_config"]
+
+DEFAULT_MAX_PARAMS = 500_000_000
+DEFAULT_BLOCKS = 2
+DEFAULT_VOCAB_CAP = 32768
+
+
+@dataclass
+class AuditTarget:
+    """A model ready to audit, with where it came from and how to rebuild its family at another width."""
+
+    label: str
+    kind: str  # "hf-config", "smallinit-config", "smallinit-checkpoint"
+    module: nn.Module
+    notes: list[str] = field(default_factory=list)
+    optimizer_eps: float | None = None
+    grad_clip: float | None = None
+    full_params: int = 0
+    audited_params: int = 0
+    width: int = 0
+    _builder: Callable[[int], nn.Module] | None = None
+
+    def build_at_width(self, width: int) -> nn.Module:
+        if self._builder is None:
+            raise ConfigError(f"{self.label}: no model family to rebuild at other widths")
+        return self._builder(int(width))
+
+
+def _n_params(module: nn.Module) -> int:
+    seen, n = set(), 0
+    for p in module.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            n += p.numel()
+    return n
+
+
+def _kv_for(n_heads_new: int, n_heads: int, n_kv: int) -> int:
+    """Key/value heads scaled with the query heads (n_kv · n_heads_new / n_heads), at least 1, dividing n_heads_new."""
+    want = max(1, round(n_kv * n_heads_new / n_heads))
+    for k in range(want, 0, -1):
+        if n_heads_new % k == 0:
+            return k
+    return 1
+
+
+# ---- smallinit configs ----------------------------------------------------------------------------
+
+def scale_model_config(mcfg, width: int, n_layers: int | None = None, vocab_size: int | None = None):
+    """``mcfg`` (a ModelConfig) at d_model = ``width``: n_heads = width / head_dim (head_dim kept), n_kv_heads
+    and d_ff (and an MoE's d_expert) scaled by width / d_model, rounded; optionally fewer layers / a smaller vocab."""
+    from smallinit.model import ModelConfig
+
+    hd = mcfg.head_dim
+    if width % hd:
+        raise ConfigError(f"--widths: {width} is not a multiple of head_dim {hd} (heads are scaled keeping head_dim)")
+    nh = width // hd
+    r = width / mcfg.d_model
+    d = mcfg.to_dict()
+    d.update(d_model=width, n_heads=nh, n_kv_heads=_kv_for(nh, mcfg.n_heads, mcfg.n_kv_heads),
+             d_ff=max(1, round(mcfg.d_ff * r)))
+    if d.get("moe", {}).get("d_expert"):
+        d["moe"]["d_expert"] = max(1, round(d["moe"]["d_expert"] * r))
+    if n_layers is not None:
+        d["n_layers"] = n_layers
+    if vocab_size is not None:
+        d["vocab_size"] = vocab_size
+    return ModelConfig.from_dict(d)
+
+
+def _smallinit_target(label: str, kind: str, mcfg, *, optimizer_eps, grad_clip, max_params, blocks, vocab_cap,
+                      seed, notes: list[str], module: nn.Module | None = None) -> AuditTarget:
+    from smallinit.model import Transformer
+
+    full = mcfg.num_params()
+    use_layers, use_vocab = mcfg.n_layers, mcfg.vocab_size
+    if module is None:
+        if full > max_params:
+            use_layers = min(blocks, mcfg.n_layers)
+            if mcfg.vocab_size > vocab_cap:
+                use_vocab = vocab_cap
+        build_cfg = scale_model_config(mcfg, mcfg.d_model, use_layers, use_vocab)
+        torch.manual_seed(seed)
+        module = Transformer(build_cfg)
+    n = _n_params(module)
+    if use_layers != mcfg.n_layers:
+        notes.append(f"!Audited on a copy with {use_layers} of {mcfg.n_layers} blocks at full width "
+                     f"({full / 1e6:.0f}M parameters exceed the {max_params / 1e6:.0f}M memory budget; --max-params).")
+    if use_vocab != mcfg.vocab_size:
+        notes.append(f"Vocabulary cut from {mcfg.vocab_size} to {use_vocab} for the sample pass (embedding σ and "
+                     "hidden-state statistics unchanged; the output head's gradient is that of the smaller softmax).")
+
+    def builder(w: int) -> nn.Module:
+        torch.manual_seed(seed)
+        return Transformer(scale_model_config(mcfg, w, use_layers, use_vocab))
+
+    return AuditTarget(label=label, kind=kind, module=module, notes=notes, optimizer_eps=optimizer_eps,
+                       grad_clip=grad_clip, full_params=full, audited_params=n, width=mcfg.d_model, _builder=builder)
+
+
+# ---- Hugging Face configs ---------------------------------------------------------------------------
+
+def read_hf_config(path: str | os.PathLike):
+    """A ``transformers`` config from a model folder holding ``config.json`` or from a JSON file; never downloads
+    (the JSON is read here and given to ``AutoConfig.for_model``)."""
+    p = Path(path)
+    f = p / "config.json" if p.is_dir() else p
+    if not f.is_file():
+        raise ConfigError(f"{p}: no config.json")
+    try:
+        d = json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{f}: not valid JSON ({e})") from None
+    if not isinstance(d, dict) or "model_type" not in d:
+        raise ConfigError(f"{f}: a Hugging Face config needs a \"model_type\" field")
+    try:
+        from transformers import AutoConfig
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        raise ConfigError("auditing a Hugging Face config needs the transformers package") from None
+    d = dict(d)
+    model_type = d.pop("model_type")
+    try:
+        return AutoConfig.for_model(model_type, **d)
+    except (ValueError, KeyError) as e:
+        raise ConfigError(f"{f}: transformers cannot build model_type {model_type!r} "
+                          f"({str(e).splitlines()[0][:160]}); custom-code models are not run") from None
+
+
+def _hf_head_dim(cfg) -> int:
+    hd = getattr(cfg, "head_dim", None)
+    return int(hd) if hd else cfg.hidden_size // cfg.num_attention_heads
+
+
+def scale_hf_config(cfg, width: int | None = None, n_layers: int | None = None, vocab_size: int | None = None):
+    """A copy of a ``transformers`` config at hidden_size = ``width`` (heads = width / head_dim, head_dim kept;
+    key/value heads and intermediate_size scaled by width / hidden_size), optionally with fewer layers (a
+    ``layer_types`` list is cut to match) and a smaller vocabulary (special ids beyond it dropped)."""
+    c = copy.deepcopy(cfg)
+    if width is not None and width != cfg.hidden_size:
+        hd = _hf_head_dim(cfg)
+        if width % hd:
+            raise ConfigError(f"--widths: {width} is not a multiple of head_dim {hd} (heads are scaled keeping head_dim)")
+        nh = width // hd
+        r = width / cfg.hidden_size
+        kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        c.hidden_size = width
+        c.num_attention_heads = nh
+        if hasattr(c, "num_key_value_heads"):
+            c.num_key_value_heads = _kv_for(nh, cfg.num_attention_heads, kv)
+        if getattr(c, "head_dim", None):
+            c.head_dim = hd
+        if getattr(c, "intermediate_size", None):
+            c.intermediate_size = max(1, round(cfg.intermediate_size * r))
+    if n_layers is not None:
+        c.num_hidden_layers = n_layers
+        lt = getattr(c, "layer_types", None)
+        if isinstance(lt, list):
+            c.layer_types = lt[:n_layers]
+        mw = getattr(c, "max_window_layers", None)
+        if isinstance(mw, int) and mw > n_layers:
+            c.max_window_layers = n_layers
+    if vocab_size is not None and vocab_size != cfg.vocab_size:
+        c.vocab_size = vocab_size
+        for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            v = getattr(c, k, None)
+            if isinstance(v, int) and v >= vocab_size:
+                setattr(c, k, None)
+            elif isinstance(v, list):
+                setattr(c, k, [x for x in v if x < vocab_size] or None)
+    return c
+
+
+def _hf_build(cfg, seed: int) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    try:
+        return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    except (ValueError, KeyError) as e:
+        raise ConfigError(f"transformers cannot build a causal LM from this config ({str(e).splitlines()[0][:160]})") from None
+
+
+def _hf_target(path: Path, *, max_params, blocks, vocab_cap, seed) -> AuditTarget:
+    from transformers import AutoModelForCausalLM
+
+    cfg = read_hf_config(path)
+    with torch.device("meta"):
+        try:
+            meta = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        except (ValueError, KeyError) as e:
+            raise ConfigError(f"{path}: transformers cannot build a causal LM from this config "
+                              f"({str(e).splitlines()[0][:160]})") from None
+    full = _n_params(meta)
+    del meta
+    L = cfg.num_hidden_layers
+    use_layers, use_vocab = L, cfg.vocab_size
+    notes = [f"Built from the config only ({type(cfg).__name__}; weights in the folder, if any, are not read): "
+             f"the init transformers' _init_weights draws (initializer_range = {getattr(cfg, 'initializer_range', '?')})."]
+    if full > max_params:
+        use_layers = min(blocks, L)
+        if cfg.vocab_size > vocab_cap:
+            use_vocab = vocab_cap
+        notes.append(f"!Audited on a copy with {use_layers} of {L} blocks at full width ({full / 1e9:.2f}B parameters "
+                     f"exceed the {max_params / 1e6:.0f}M memory budget; --max-params).")
+    if use_vocab != cfg.vocab_size:
+        notes.append(f"Vocabulary cut from {cfg.vocab_size} to {use_vocab} for the sample pass (embedding σ and "
+                     "hidden-state statistics unchanged; the output head's gradient is that of the smaller softmax).")
+    module = _hf_build(scale_hf_config(cfg, None, use_layers, use_vocab), seed)
+
+    def builder(w: int) -> nn.Module:
+        return _hf_build(scale_hf_config(cfg, w, use_layers, use_vocab), seed)
+
+    label = str(path)
+    return AuditTarget(label=label, kind="hf-config", module=module, notes=notes, full_params=full,
+                       audited_params=_n_params(module), width=cfg.hidden_size, _builder=builder)
+
+
+# ---- dispatch ---------------------------------------------------------------------------------------
+
+def load_target(target: str, overrides: Sequence[str] = (), *, max_params: int = DEFAULT_MAX_PARAMS,
+                blocks: int = DEFAULT_BLOCKS, vocab_cap: int = DEFAULT_VOCAB_CAP, seed: int = 0) -> AuditTarget:
+    """Resolve TARGET (checked in this order):
+
+    1. a ``.json`` file or a folder with ``config.json`` → a Hugging Face config (built from the config);
+    2. a folder with ``config.yaml`` → a smallinit run or checkpoint directory: the weights of its latest good
+       checkpoint (or the one given), else a fresh init from its config;
+    3. a preset name or a YAML file → a smallinit config (``overrides`` = dotted ``section.key=value``), freshly
+       initialized with its γ-rule; the optimizer's ε and gradient clipping come from its ``optim`` section.
+    """
+    if blocks < 1:
+        raise ConfigError(f"--blocks must be >= 1, got {blocks}")
+    if max_params < 1:
+        raise ConfigError(f"--max-params must be >= 1, got {max_params}")
+    p = Path(target)
+    if (p.is_file() and p.suffix == ".json") or (p.is_dir() and (p / "config.json").is_file()
+                                                 and not (p / "config.yaml").is_file()):
+        if overrides:
+            raise ConfigError("dotted overrides apply to smallinit configs only, not to a Hugging Face config")
+        return _hf_target(p, max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed)
+    if p.is_dir() and (p / "config.yaml").is_file():
+        if overrides:
+            raise ConfigError("dotted overrides apply to a preset or YAML config, not to a run directory")
+        return _run_target(p, max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed)
+    if p.is_dir():
+        raise ConfigError(f"{p}: neither a Hugging Face model folder (config.json) nor a smallinit run (config.yaml)")
+    from smallinit.train import load_config
+
+    try:
+        cfg = load_config(target, list(overrides))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return _smallinit_target(str(target), "smallinit-config", cfg.model, optimizer_eps=cfg.optim.eps,
+                             grad_clip=cfg.optim.grad_clip or None, max_params=max_params, blocks=blocks,
+                             vocab_cap=vocab_cap, seed=seed, notes=[])
+
+
+def _run_target(p: Path, *, max_params, blocks, vocab_cap, seed) -> AuditTarget:
+    from smallinit.checkpoint import latest_good_checkpoint, load_checkpoint
+    from smallinit.model import ModelConfig
+    from smallinit.train import config_from_dict
+
+    import yaml
+
+    try:
+        raw = yaml.safe_load((p / "config.yaml").read_text()) or {}
+        cfg = config_from_dict(raw) if "model" in raw else None
+        mcfg = cfg.model if cfg is not None else ModelConfig.from_dict(raw.get("model", raw))
+    except (ValueError, TypeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{p / 'config.yaml'}: not a smallinit config ({str(e).splitlines()[0][:160]})") from None
+    eps = cfg.optim.eps if cfg is not None else None
+    clip = (cfg.optim.grad_clip or None) if cfg is not None else None
+    is_ckpt = (p / "model.safetensors").is_file()
+    ckpt = p if is_ckpt else latest_good_checkpoint(p)
+    if ckpt is not None:
+        model = load_checkpoint(ckpt)
+        step = ""
+        try:
+            step = f" at step {json.loads((Path(ckpt) / 'state.json').read_text()).get('step')}"
+        except (OSError, ValueError, AttributeError):
+            pass
+        notes = [f"!Weights of checkpoint {ckpt}{step}: a trained state, not a fresh init."]
+        return _smallinit_target(str(p), "smallinit-checkpoint", model.config, optimizer_eps=eps, grad_clip=clip,
+                                 max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed, notes=notes,
+                                 module=model)
+    return _smallinit_target(str(p), "smallinit-config", mcfg, optimizer_eps=eps, grad_clip=clip,
+                             max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed,
+                             notes=["No checkpoint in the run: a fresh init from its config.yaml."])
