@@ -13,7 +13,7 @@ from smallinit.checkpoint import load_checkpoint, save_checkpoint
 from smallinit.cli import main as cli
 from smallinit.data.tokenizer import EOT_TOKEN, byte_tokenizer
 from smallinit.errors import CheckpointError, ConfigError
-from smallinit.eval.hf import (GATED_ARCH, export_hf, fold_gate, hf_config_dict, import_hf, load_hf_tensors,
+from smallinit.hf import (GATED_ARCH, export_hf, fold_gate, hf_config_dict, import_hf, load_hf_tensors,
                                model_config_from_hf, unfold_gate)
 from smallinit.model import ModelConfig, Transformer
 from smallinit.train.config import RunConfig
@@ -113,7 +113,7 @@ def test_export_picks_checkpoint_step_and_is_atomic(tmp_path):
     step0 = load_file(str(run / "checkpoints/step_00000000/model.safetensors"))["lm_head.weight"]
     step5 = load_file(str(run / "checkpoints/step_00000005/model.safetensors"))["lm_head.weight"]
     assert torch.equal(first, step0) and not torch.equal(first, step5)
-    with pytest.raises(ConfigError, match="already exists"):
+    with pytest.raises(ConfigError, match="already holds"):
         export_hf(run, out)
     assert cli(["export", str(run), "--to", "hf", str(out), "--force"]) == 0  # latest step now
     assert torch.equal(load_hf_tensors(out)["lm_head.weight"], step5)
@@ -263,7 +263,7 @@ def test_imported_run_is_usable_by_smallinit_eval(tmp_path):
     assert cli(["eval", str(run), "--tasks", str(tmp_path / "task.yaml"), "--data-dir", str(tmp_path),
                 "--out", str(res), "--no-progress"]) == 0
     assert json.loads(res.read_text())["tasks"]["task"]["metrics"]["n"] == 4
-    with pytest.raises(ConfigError, match="already exists"):
+    with pytest.raises(ConfigError, match="already holds"):
         import_hf(src, run)
 
 

@@ -14,7 +14,11 @@ Checks, in order:
 - ``metrics.jsonl``: every line parses, steps strictly increase, and no step that should have been
   logged is missing (steps s with s % log_every == 0, s % eval_every == 0 or s == max_steps);
 - ``probes.jsonl``: every line parses and steps increase;
-- ``summary.json``: present and parseable once the run completed; otherwise how to resume.
+- ``summary.json``: present and parseable once the run completed (reported as **complete**, naming the step);
+  ``diverged.json`` (written when training stopped on a non-finite or diverged loss) is reported as **diverged**,
+  naming the first diverged step and the checkpoint kept from before it; otherwise how to resume.
+
+``DoctorReport.status`` sums it up in one word: "complete", "diverged", "training", "failed" or "incomplete".
 
 A problem is something the user should act on (a corrupted checkpoint, a torn log line, an interrupted
 run); a note is information (a run in progress, steps to be recomputed on resume).
@@ -48,6 +52,8 @@ class DoctorReport:
     findings: list[Finding] = field(default_factory=list)
     active_pid: int | None = None
     """The pid holding the run's lock (a run training now), else None."""
+    status: str = "incomplete"
+    """"complete", "diverged", "training", "failed" or "incomplete"."""
 
     @property
     def problems(self) -> list[Finding]:
@@ -68,11 +74,12 @@ class DoctorReport:
             if f.fix:
                 lines.append(f"           fix: {f.fix}")
         n = len(self.problems)
+        lines.append(f"status: {self.status}")
         lines.append("healthy" if n == 0 else f"{n} problem{'s' if n > 1 else ''} found")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_dir": str(self.run_dir), "healthy": self.healthy, "active_pid": self.active_pid,
+        return {"run_dir": str(self.run_dir), "healthy": self.healthy, "status": self.status, "active_pid": self.active_pid,
                 "findings": [asdict(f) for f in self.findings]}
 
 
@@ -256,15 +263,39 @@ def _check_completion(rep: DoctorReport, rd: Path, cfg, good: list[Path], last_l
             rep.add(PROBLEM, "summary.json does not parse", f"{resume}  (rewrites it from the last checkpoint)")
             return
         if s.get("completed"):
+            missing = [k for k in ("step", "final_loss", "final_val_loss") if s.get(k) is None]
+            if missing:
+                rep.add(PROBLEM, f"summary.json says complete but has no value for {', '.join(missing)}",
+                        f"a resume of a finished run by an older smallinit blanked them: delete {path} and run "
+                        f"`{resume}` (it rewrites the summary from metrics.jsonl and the final checkpoint)")
+                return
+            rep.status = "complete"
             rep.add(OK, f"run complete: step {s.get('step')}, final val loss {s.get('final_val_loss')}")
             if good and _step_of(good[-1]) != s.get("step"):
                 rep.add(NOTE, f"the newest good checkpoint is {good[-1].name}, not the final step {s.get('step')}")
             return
     if rep.active_pid is not None:
+        rep.status = "training"
         rep.add(NOTE, f"training in progress (pid {rep.active_pid} holds the lock); logged up to step {last_logged}")
+        return
+    div = rd / "diverged.json"
+    if div.is_file():
+        try:
+            d = json.loads(div.read_text())
+            d = d if isinstance(d, dict) else {}
+        except ValueError:
+            d = {}
+        rep.status = "diverged"
+        kept = d.get("checkpoint") or (good[-1].name if good else None)
+        what = "a non-finite loss or gradient" if d.get("kind") == "non-finite" else \
+            f"the loss above {d.get('threshold', float('nan')):.2f} (ln V + margin)"
+        rep.add(PROBLEM, f"run diverged at step {d.get('step', '?')}: {what}; stopped at step {d.get('stopped_at', '?')}",
+                f"the newest checkpoint from before it is {kept or 'none'}; lower optim.lr (or raise warmup) and "
+                "train a new run from it or from scratch; `--resume` would repeat the same steps")
         return
     failed = rd / "failed.json"  # written by `smallinit sweep` when the run exited with an error
     if failed.is_file():
+        rep.status = "failed"
         try:
             err = json.loads(failed.read_text()).get("error")
         except (ValueError, AttributeError):

@@ -24,3 +24,12 @@ class RunDirError(SmallinitError):
 
 class DivergenceError(SmallinitError):
     """Training produced a non-finite loss or gradient."""
+
+
+class Interrupted(SmallinitError):
+    """SIGINT/SIGTERM stopped training at a step boundary after saving a checkpoint (``signum``, ``step``,
+    ``checkpoint``); ``smallinit train`` exits 128 + signum (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, message: str, signum: int, step: int, checkpoint: str | None):
+        super().__init__(message)
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint

@@ -13,7 +13,8 @@ embeddings), so it becomes a ``LlamaForCausalLM`` folder that ``transformers`` l
     special_tokens_map.json
     README.md                provenance (run, step, γ, ε) and the tensor layout
 
-Tensor names (ours -> Llama), block i:
+Tensor names (ours -> Llama), block i — the one table is ``smallinit.model.hf_names.HF_NAMES`` (export reads it
+forwards, import inverted):
 
     tok_emb.weight                     model.embed_tokens.weight
     blocks.i.attn_norm.weight          model.layers.i.input_layernorm.weight
@@ -66,6 +67,7 @@ import torch
 
 from smallinit.errors import CheckpointError, ConfigError
 from smallinit.model.config import ModelConfig
+from smallinit.model.hf_names import gate_rows, inverse_table, name_table, parts
 
 LLAMA_ARCH = "LlamaForCausalLM"
 GATED_ARCH = "SmallinitForCausalLM"
@@ -200,8 +202,7 @@ def model_config_from_hf(hf: dict[str, Any], max_seq_len: int | None = None) -> 
 
 
 def _gate_rows(cfg: ModelConfig) -> int:
-    """Gate rows per head in the folded q_proj: hd (elementwise), 1 (headwise), 0 (none)."""
-    return {"none": 0, "headwise": 1, "elementwise": cfg.head_dim}[cfg.gate]
+    return gate_rows(cfg)
 
 
 def fold_gate(q: torch.Tensor, gate: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -217,51 +218,60 @@ def unfold_gate(q_proj: torch.Tensor, n_heads: int, head_dim: int) -> tuple[torc
     return per_head[:, :head_dim].reshape(-1, d), per_head[:, head_dim:].reshape(-1, d)
 
 
-def to_hf_state_dict(tensors: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """Our tensors (``lm_head.weight`` optional when tied) -> HF names (module docstring), fused matrices split."""
-    check_exportable(cfg)
+def _to_hf_rows(name: str, w: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
+    """Our fused attention matrix [q | k | v | gate] reordered to HF's [q_proj (gate folded) | k | v]."""
+    if not name.endswith("attn.w_qkvg.weight") or not _gate_rows(cfg):
+        return w
     H, hd, kv = cfg.n_heads, cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    g = _gate_rows(cfg) * H
-    out = {"model.embed_tokens.weight": tensors["tok_emb.weight"], "model.norm.weight": tensors["norm_f.weight"]}
-    for i in range(cfg.n_layers):
-        src, dst = f"blocks.{i}.", f"model.layers.{i}."
-        q, k, v, gate = tensors[src + "attn.w_qkvg.weight"].split([H * hd, kv, kv, g], dim=0)
-        out[dst + "self_attn.q_proj.weight"] = fold_gate(q, gate, H) if g else q
-        out[dst + "self_attn.k_proj.weight"] = k
-        out[dst + "self_attn.v_proj.weight"] = v
-        out[dst + "self_attn.o_proj.weight"] = tensors[src + "attn.w_o.weight"]
-        gate_p, up = tensors[src + "mlp.w_gate_up.weight"].split([cfg.d_ff, cfg.d_ff], dim=0)
-        out[dst + "mlp.gate_proj.weight"] = gate_p
-        out[dst + "mlp.up_proj.weight"] = up
-        out[dst + "mlp.down_proj.weight"] = tensors[src + "mlp.w_down.weight"]
-        out[dst + "input_layernorm.weight"] = tensors[src + "attn_norm.weight"]
-        out[dst + "post_attention_layernorm.weight"] = tensors[src + "mlp_norm.weight"]
-    if not cfg.tie_embeddings:
-        out["lm_head.weight"] = tensors["lm_head.weight"]
+    q, k, v, gate = w.split([H * hd, kv, kv, H * _gate_rows(cfg)], dim=0)
+    return torch.cat([fold_gate(q, gate, H), k, v], dim=0)
+
+
+def _from_hf_rows(name: str, w: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
+    """Inverse of :func:`_to_hf_rows`."""
+    if not name.endswith("attn.w_qkvg.weight") or not _gate_rows(cfg):
+        return w
+    H, hd, kv = cfg.n_heads, cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    q_proj, k, v = w.split([H * (hd + _gate_rows(cfg)), kv, kv], dim=0)
+    q, gate = unfold_gate(q_proj, H, hd)
+    return torch.cat([q, k, v, gate], dim=0)
+
+
+def to_hf_state_dict(tensors: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Our tensors (``lm_head.weight`` optional when tied) -> HF names by the one table
+    (:data:`smallinit.model.hf_names.HF_NAMES`), fused matrices split, the gate folded into q_proj."""
+    check_exportable(cfg)
+    out = {}
+    for ours, theirs in name_table(cfg).items():
+        w = _to_hf_rows(ours, tensors[ours], cfg)
+        rows = parts(ours, cfg)
+        for t, piece in zip(theirs, w.split(rows, dim=0) if rows else [w]):
+            out[t] = piece
     return {k: v.contiguous() for k, v in out.items()}
 
 
 def hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Expected HF tensor names and shapes for ``cfg`` (``lm_head.weight`` only when untied)."""
-    d, H, hd, kv = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, d), "model.norm.weight": (d,)}
-    for i in range(cfg.n_layers):
-        p = f"model.layers.{i}."
-        shapes.update({
-            p + "self_attn.q_proj.weight": (H * (hd + _gate_rows(cfg)), d), p + "self_attn.k_proj.weight": (kv, d),
-            p + "self_attn.v_proj.weight": (kv, d), p + "self_attn.o_proj.weight": (d, H * hd),
-            p + "mlp.gate_proj.weight": (cfg.d_ff, d), p + "mlp.up_proj.weight": (cfg.d_ff, d),
-            p + "mlp.down_proj.weight": (d, cfg.d_ff), p + "input_layernorm.weight": (d,),
-            p + "post_attention_layernorm.weight": (d,)})
-    if not cfg.tie_embeddings:
-        shapes["lm_head.weight"] = (cfg.vocab_size, d)
+    """Expected HF tensor names and shapes for ``cfg`` (``lm_head.weight`` only when untied), from the table
+    and the shapes of our model's parameters."""
+    from smallinit.model import Transformer
+
+    with torch.device("meta"):
+        ours = {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, theirs in name_table(cfg).items():
+        rows = parts(name, cfg)
+        if rows is None:
+            shapes[theirs[0]] = ours[name]
+        else:
+            for t, r in zip(theirs, rows):
+                shapes[t] = (r, *ours[name][1:])
     return shapes
 
 
 def from_hf_state_dict(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """HF tensors -> our names (fused matrices concatenated; the gate unfolded). CheckpointError on a
-    missing, unexpected or misshapen tensor. A tied model's ``lm_head.weight``, if present, must equal
-    the embedding and is dropped."""
+    """HF tensors -> our names by the inverted table (fused matrices concatenated; the gate unfolded).
+    CheckpointError on a missing, unexpected or misshapen tensor. A tied model's ``lm_head.weight``, if
+    present, must equal the embedding and is dropped."""
     shapes = hf_shapes(cfg)
     hf = {k: v for k, v in hf.items() if not k.endswith("rotary_emb.inv_freq")}  # old checkpoints' RoPE buffers
     if cfg.tie_embeddings and "lm_head.weight" in hf:
@@ -274,54 +284,15 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[st
     for k, s in shapes.items():
         if tuple(hf[k].shape) != s:
             raise CheckpointError(f"weight {k} has shape {tuple(hf[k].shape)}, config.json implies {s}")
-    out = {"tok_emb.weight": hf["model.embed_tokens.weight"], "norm_f.weight": hf["model.norm.weight"]}
-    for i in range(cfg.n_layers):
-        src, dst = f"model.layers.{i}.", f"blocks.{i}."
-        q = hf[src + "self_attn.q_proj.weight"]
-        parts = list(unfold_gate(q, cfg.n_heads, cfg.head_dim)) if _gate_rows(cfg) else [q]
-        parts[1:1] = [hf[src + "self_attn.k_proj.weight"], hf[src + "self_attn.v_proj.weight"]]
-        out[dst + "attn.w_qkvg.weight"] = torch.cat(parts, dim=0)
-        out[dst + "attn.w_o.weight"] = hf[src + "self_attn.o_proj.weight"]
-        out[dst + "mlp.w_gate_up.weight"] = torch.cat([hf[src + "mlp.gate_proj.weight"], hf[src + "mlp.up_proj.weight"]])
-        out[dst + "mlp.w_down.weight"] = hf[src + "mlp.down_proj.weight"]
-        out[dst + "attn_norm.weight"] = hf[src + "input_layernorm.weight"]
-        out[dst + "mlp_norm.weight"] = hf[src + "post_attention_layernorm.weight"]
-    if not cfg.tie_embeddings:
-        out["lm_head.weight"] = hf["lm_head.weight"]
+    pieces: dict[str, dict[int, torch.Tensor]] = {}
+    for t, (ours, j) in inverse_table(cfg).items():
+        pieces.setdefault(ours, {})[j] = hf[t]
+    out = {ours: _from_hf_rows(ours, torch.cat([p[j] for j in sorted(p)], dim=0) if len(p) > 1 else p[0], cfg)
+           for ours, p in pieces.items()}
     return {k: v.contiguous() for k, v in out.items()}
 
 
 # ----------------------------------------------------------------------------- files
-
-
-def _install_dir(tmp: Path, out: Path, force: bool) -> None:
-    """Rename the finished ``tmp`` folder to ``out`` (replacing an existing ``out`` only with ``force``)."""
-    from smallinit.io import fsync_dir
-
-    old = None
-    if _occupied(out):
-        if not force:
-            raise ConfigError(f"{out} already exists; choose a new folder or pass --force to replace it")
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    fsync_dir(out.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _occupied(out: Path) -> bool:
-    """``out`` exists and is not an empty folder (an empty folder is simply replaced)."""
-    return out.exists() and not (out.is_dir() and not any(out.iterdir()))
-
-
-def _tmp_dir(out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    return tmp
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -389,8 +360,12 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, step: int 
 
     from smallinit.checkpoint import load_run_tokenizer, read_checkpoint, resolve_checkpoint
 
+    from smallinit.outputs import check_out_dir, staged_dir
+
     if dtype not in DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    # the output-folder policy first: never the run itself, a folder holding it, or one inside it
+    plan = check_out_dir(out_dir, "export", inputs=[run_dir], force=force, verb="export")
     ckpt = resolve_checkpoint(run_dir, step)
     data = read_checkpoint(ckpt)
     try:
@@ -409,11 +384,7 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, step: int 
         raise CheckpointError(f"{tok_path}: tokenizer has {tokenizer.get_vocab_size()} tokens, the model only "
                               f"{cfg.vocab_size}")
     bos, eos = _special_ids(tokenizer, run_root)
-    out = Path(out_dir)
-    if _occupied(out) and not force:
-        raise ConfigError(f"{out} already exists; choose a new folder or pass --force to replace it")
-    tmp = _tmp_dir(out)
-    try:
+    with staged_dir(plan) as tmp:
         save_file(hf, str(tmp / SAFE_WEIGHTS), metadata={"format": "pt"})
         _write_json(tmp / "config.json", hf_config_dict(cfg, bos, eos, dtype))
         _write_json(tmp / "generation_config.json", {"bos_token_id": bos, "eos_token_id": eos})
@@ -426,11 +397,7 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, step: int 
         _write_json(tmp / "special_tokens_map.json", {k: v for k, v in specials.items() if v is not None})
         (tmp / "README.md").write_text(_readme(cfg, layout, str(run_dir), int(data["state"].get("step", 0)), dtype),
                                        encoding="utf-8")
-        _install_dir(tmp, out, force)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return plan.path
 
 
 def load_hf_tensors(hf_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -479,7 +446,10 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, max_seq_len
     from smallinit.io import atomic_write_text
     from smallinit.train.config import RunConfig, config_from_dict, save_config
 
+    from smallinit.outputs import check_out_dir, staged_dir
+
     src = Path(hf_dir)
+    plan = check_out_dir(out_dir, "run", inputs=[src], force=force, verb="import-hf")
     if not (src / "config.json").is_file():
         raise CheckpointError(f"{src}: not a Hugging Face model folder (no config.json)")
     try:
@@ -502,20 +472,12 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, max_seq_len
     run_cfg = RunConfig(model=cfg)
     run_cfg.data.seq_len = min(run_cfg.data.seq_len, cfg.max_seq_len)
     run_cfg = config_from_dict(run_cfg.to_dict())  # validated, and what a later load reads back
-    out = Path(out_dir)
-    if _occupied(out) and not force:
-        raise ConfigError(f"{out} already exists; choose a new folder or pass --force to replace it")
-    tmp = _tmp_dir(out)
-    try:
+    with staged_dir(plan) as tmp:
         save_config(run_cfg, tmp / "config.yaml")
         shutil.copyfile(src / "tokenizer.json", tmp / "tokenizer.json")
         atomic_write_text(tmp / "hf_config.json", json.dumps(hf_cfg, indent=2) + "\n")
         save_checkpoint(tmp, 0, tensors, {}, {"tokens": 0, "imported_from": str(src.resolve())}, run_cfg.to_dict())
-        _install_dir(tmp, out, force)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return plan.path
 
 
 __all__ = ["GATED_ARCH", "LLAMA_ARCH", "check_exportable", "export_hf", "fold_gate", "from_hf_state_dict",

@@ -63,7 +63,8 @@ def test_malicious_pickle_in_optim_is_refused(run, tmp_path, fault_table):
     for ckpt in list_checkpoints(rd):  # every checkpoint poisoned: no fallback can hide the refusal
         plant(ckpt, "optim.pt", buf.getvalue())
     newest = list_checkpoints(rd)[-1]
-    for load in (lambda: read_checkpoint(newest), lambda: load_checkpoint(rd), lambda: resume(rd)):
+    # (a complete run resumes without loading anything: extend it so the checkpoint is read)
+    for load in (lambda: read_checkpoint(newest), lambda: load_checkpoint(rd), lambda: resume(rd, max_steps=9)):
         with pytest.raises(CheckpointError, match=rf"{newest}/optim.pt: refused: .*could run code"):
             load()
         trials += 1

@@ -3,7 +3,7 @@
 Dense RMSNorm models without the attention gate become a ``LlamaForCausalLM`` folder that
 ``transformers`` loads offline; gated models are written in a documented layout with the gate folded
 into ``q_proj`` the way Qwen3-Next does it (no ``transformers`` class computes them: see
-``smallinit.eval.hf``); LayerNorm and MoE models are refused. The folder is assembled under a
+``smallinit.hf``); LayerNorm and MoE models are refused. The folder is assembled under a
 temporary name and renamed into place.
 """
 
@@ -21,11 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ckpt", type=int, default=None, metavar="STEP", help="checkpoint step (default: the latest good one)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
                    help="weight dtype in model.safetensors (default float32)")
-    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it holds a previous export (never a "
+                   "folder that is, holds or lies inside RUN_DIR)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from smallinit.eval.hf import export_hf
+    from smallinit.hf import export_hf
 
     out = export_hf(args.run_dir, args.out_dir, step=args.ckpt, dtype=args.dtype, force=args.force)
     print(f"exported {args.run_dir} -> {out}")

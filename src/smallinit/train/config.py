@@ -85,9 +85,18 @@ class TrainConfig:
     ckpt_every: int = 500
     keep_ckpts: int = 2
     """Checkpoints kept on disk (the newest ones)."""
+    ckpt_steps: list[int] = field(default_factory=list)
+    """Further steps at which a checkpoint is always written and never pruned (cooldown branches start there)."""
     tensorboard: bool = False
     progress: bool = True
-    """Show a progress bar (rank 0 only)."""
+    """Show progress (rank 0 only): a bar when stderr is a terminal, else a plain line every
+    ``progress_seconds`` (and at the first, evaluated and last steps)."""
+    progress_seconds: float = 30.0
+    """Seconds between plain progress lines when stderr is not a terminal (a log file)."""
+    diverge_margin: float = 3.0
+    """Divergence watch: a step's loss counts as diverged when it exceeds ln(vocab_size) + this margin (nats)."""
+    diverge_steps: int = 10
+    """Stop the run (like a NaN) after this many consecutive diverged steps; 0 turns the watch off."""
     parallel: str = "none"
     """"none", "ddp" or "fsdp" (FSDP2 fully_shard per block plus root); launch with torchrun."""
     threads: int = 0
@@ -129,7 +138,9 @@ class RunConfig:
                 raise ConfigError(f"{k} must be > 0, got {v}")
         for k, v in {"train.micro_batch_size": t.micro_batch_size, "data.tune_batches": d.tune_batches,
                      "optim.warmup_steps": o.warmup_steps, "probe.every": self.probe.every, "train.threads": t.threads,
-                     "optim.weight_decay": o.weight_decay, "optim.grad_clip": o.grad_clip}.items():
+                     "optim.weight_decay": o.weight_decay, "optim.grad_clip": o.grad_clip,
+                     "train.diverge_steps": t.diverge_steps, "train.diverge_margin": t.diverge_margin,
+                     "train.progress_seconds": t.progress_seconds}.items():
             if v < 0:
                 raise ConfigError(f"{k} must be >= 0, got {v}")
         if not (o.lr > 0 and math.isfinite(o.lr)):
@@ -146,6 +157,8 @@ class RunConfig:
         for k, (v, allowed) in choices.items():
             if v not in allowed:
                 raise ConfigError(f"{k}: unknown value {v!r}; choose one of {', '.join(allowed)}")
+        if any(s <= 0 for s in t.ckpt_steps):
+            raise ConfigError(f"train.ckpt_steps must be steps > 0, got {list(t.ckpt_steps)}")
         if t.micro_batch_size and t.batch_size % t.micro_batch_size:
             raise ConfigError(f"train.micro_batch_size={t.micro_batch_size} does not divide "
                               f"train.batch_size={t.batch_size}")
@@ -287,8 +300,9 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
-def read_config_file(name_or_path: str | os.PathLike) -> dict[str, Any]:
-    """A preset name (``configs/<name>.yaml``) or a YAML path → nested dict (with ``base:`` inheritance)."""
+def read_config_file(name_or_path: str | os.PathLike, _chain: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A preset name (``configs/<name>.yaml``) or a YAML path → nested dict (with ``base:`` inheritance;
+    a ``base:`` chain that comes back to a file already in it is a ConfigError)."""
     p = Path(name_or_path)
     if not p.is_file():
         preset = CONFIG_DIR / f"{name_or_path}.yaml"
@@ -306,7 +320,13 @@ def read_config_file(name_or_path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"{p}: a config must be a mapping of sections")
     base = d.pop("base", None)
     if base:
-        parent = read_config_file(base if Path(base).suffix else base)
+        key = str(p.resolve())
+        if key in _chain:
+            names = " -> ".join(Path(c).name for c in (*_chain[_chain.index(key):], key))
+            raise ConfigError(f"{p}: base: chain loops back on itself ({names})")
+        if not isinstance(base, (str, os.PathLike)):
+            raise ConfigError(f"{p}: base: must be a preset name or a YAML path, got {base!r}")
+        parent = read_config_file(base if Path(base).suffix else base, (*_chain, key))
         d = _merge(parent, d)
     return d
 

@@ -5,7 +5,22 @@ validation, atomic checkpoints, exact resume, a divergence guard and optional DD
     summary = trainer.run()
 
 Everything a run produces lives in its directory: ``config.yaml``, ``tokenizer.json``, ``metrics.jsonl``,
-``checkpoints/``, ``summary.json`` (written when the run completes) and whatever callbacks (probes) add.
+``checkpoints/``, ``summary.json`` (written when the run completes), ``diverged.json`` (written when the run
+stopped on a non-finite or diverged loss) and whatever callbacks (probes) add.
+
+Before the first step (and before the run directory is created) everything checkable is checked: the output
+folder (:mod:`smallinit.outputs`), both data splits hold a window of ``seq_len`` and the validation split the
+evaluated windows, every token id is below the vocabulary, callbacks' own ``check(trainer)`` (probe matrix
+names), and the memory estimate of a step (:func:`memory_estimate`) against the machine's memory. A failing
+check leaves no folder behind.
+
+Divergence watch: a step whose loss exceeds ln(V) + ``train.diverge_margin`` (V the vocabulary; ln V is the
+loss of a uniform guess, about where training starts) counts as diverged; ``train.diverge_steps`` consecutive
+diverged steps stop the run like a NaN does (DivergenceError naming the first diverged step). While the loss is
+above that line no checkpoint is written, so pruning can never remove the newest checkpoint from before it.
+
+SIGINT/SIGTERM: the step in progress finishes, a checkpoint is written, and :class:`~smallinit.errors.Interrupted`
+is raised (``smallinit train`` then exits 130 / 143 with one line).
 Callbacks are duck-typed objects with any of ``on_train_start(trainer)``,
 ``on_loss(trainer, step, loss) -> loss``, ``on_before_optimizer_step(trainer, step)``,
 ``on_step_end(trainer, step, record)`` and ``on_train_end(trainer)``.
@@ -20,6 +35,9 @@ import json
 import math
 import os
 import shutil
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,8 +47,8 @@ import torch.nn.functional as F
 
 from smallinit.checkpoint import (latest_good_checkpoint, list_checkpoints, read_checkpoint,
                                   remove_partial_checkpoints, save_checkpoint)
-from smallinit.errors import CheckpointError, ConfigError, DivergenceError, RunDirError
-from smallinit.io import atomic_write_json, atomic_write_text
+from smallinit.errors import CheckpointError, ConfigError, DataError, DivergenceError, Interrupted, RunDirError
+from smallinit.io import atomic_write_json, atomic_write_text, read_jsonl
 from smallinit.model import ModelConfig, Transformer
 from smallinit.model.moe import update_expert_bias
 from smallinit.train import distributed as dist_utils
@@ -55,6 +73,45 @@ def param_groups(model: torch.nn.Module, weight_decay: float, decay_embeddings: 
         else:
             decay.append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def memory_estimate(cfg: RunConfig, micro_batch: int) -> int:
+    """Bytes one process needs for a training step (an estimate, used to refuse a batch that cannot fit):
+
+        params · 16                      fp32 weights, gradients, AdamW m and v
+      + L · b · T · d · (34 + 5·H·T/d) · w    activations kept for backward per block (Korthikanti et al.)
+      + b · T · V · 12                  logits, their float32 copy and gradient
+
+    with b = micro-batch, T = seq_len, d = d_model, H = heads, L = layers, V = vocab, w = 2 bytes per value in
+    float32 (the formula counts 16-bit values) and 1 under bf16 autocast."""
+    m = cfg.model
+    T, b = cfg.data.seq_len, micro_batch
+    w = 1 if cfg.train.dtype == "bf16" else 2
+    params = m.num_params()
+    act = m.n_layers * b * T * m.d_model * (34 + 5 * m.n_heads * T / m.d_model) * w
+    return int(params * 16 + act + b * T * m.vocab_size * 12)
+
+
+def machine_memory(device: torch.device) -> int | None:
+    """Total memory of ``device`` in bytes (physical RAM for the CPU), or None when unknown."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.get_device_properties(device).total_memory)
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError, RuntimeError):
+        return None
+
+
+def _max_token(tokens, chunk: int = 1 << 24) -> int:
+    """The largest token id of a (memory-mapped) array, read in chunks; -1 when empty."""
+    top = -1
+    for i in range(0, len(tokens), chunk):
+        top = max(top, int(tokens[i:i + chunk].max()))
+    return top
+
+
+def _fmt_bytes(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 class RunLock:
@@ -89,7 +146,9 @@ class Trainer:
     """Owns one run directory; ``run()`` trains to ``train.max_steps`` (resuming if asked) and returns a summary."""
 
     def __init__(self, cfg: RunConfig | None, run_dir: str | os.PathLike, resume: bool = False,
-                 callbacks: list[Any] | None = None):
+                 callbacks: list[Any] | None = None, max_steps: int | None = None):
+        """``max_steps`` (resume only) extends the run; a value below the run's own ``train.max_steps`` is a
+        ConfigError (a run is never shortened: its schedule and summary belong to that budget)."""
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.callbacks = list(callbacks or [])
@@ -109,6 +168,13 @@ class Trainer:
                 cfg.train.parallel = "ddp"
         if cfg is None:
             raise ConfigError("a config is required for a new run")
+        if max_steps is not None:
+            if not resume:
+                raise ConfigError("max_steps goes with resume; for a new run set train.max_steps")
+            if max_steps < cfg.train.max_steps:
+                raise ConfigError(f"--max-steps {max_steps} is below the run's train.max_steps "
+                                  f"{cfg.train.max_steps}; --max-steps only extends a run")
+            cfg.train.max_steps = max_steps
         self.cfg = cfg
         self.step = 0
         self.model: Transformer | None = None
@@ -166,8 +232,10 @@ class Trainer:
         c.validate()
         self.model_cfg: ModelConfig = c.model
         bos = self.data.bos_id if c.data.bos else None
-        self.loader = BatchLoader(self.data.train, c.data.seq_len, c.train.batch_size, c.train.seed, bos_id=bos)
         self.bos_id = bos
+        self._check_data()
+        self._check_memory()
+        self.loader = BatchLoader(self.data.train, c.data.seq_len, c.train.batch_size, c.train.seed, bos_id=bos)
 
         torch.manual_seed(c.train.seed)
         model = Transformer(c.model).to(self.device)
@@ -180,13 +248,63 @@ class Trainer:
             betas=tuple(c.optim.betas), eps=c.optim.eps, fused=True)
         self.forward = torch.compile(self.wrapped) if c.train.compile else self.wrapped
 
+    def _check_data(self) -> None:
+        """Everything about the data that would otherwise fail after training steps: a window of seq_len in
+        each split, enough validation windows for data.val_batches (+ tune_batches), token ids < vocab."""
+        from smallinit.data.loader import val_offsets
+
+        c, d = self.cfg, self.data
+        d.check_seq_len(c.data.seq_len, bos=self.bos_id is not None)
+        n_val = len(val_offsets(len(d.val), c.data.seq_len, self.bos_id))
+        if c.data.tune_batches:
+            need = c.data.val_batches * c.train.batch_size + 1  # the tune windows follow the val windows
+            if n_val < need:
+                raise DataError(f"{d.path}: the validation split holds {n_val} windows of seq_len {c.data.seq_len}; "
+                                f"data.tune_batches needs more than data.val_batches × batch_size = {need - 1}; lower "
+                                "data.val_batches / data.tune_batches or prepare a larger --val-fraction")
+        if self.resume:
+            return  # checked when the run started; the token scan is not repeated
+        for name, split in (("train", d.train), ("val", d.val)):
+            top = _max_token(split)
+            if top >= c.model.vocab_size:
+                raise DataError(f"{d.path}: {name}.bin holds token id {top}, but the vocabulary (meta.json "
+                                f"vocab_size) is {c.model.vocab_size}; the data is damaged or was prepared with "
+                                "another tokenizer: prepare it again")
+
+    def _check_memory(self) -> None:
+        """Refuse a step whose estimated memory (:func:`memory_estimate`) exceeds the device's total memory."""
+        need = memory_estimate(self.cfg, self.micro_batch)
+        have = machine_memory(self.device)
+        if have is not None and need > have:
+            raise ConfigError(f"a training step needs about {_fmt_bytes(need)} (micro-batch {self.micro_batch} × "
+                              f"seq_len {self.cfg.data.seq_len}, {self.cfg.model.num_params():,} parameters), more "
+                              f"than this {self.device.type}'s {_fmt_bytes(have)}; lower train.batch_size (or set "
+                              "train.micro_batch_size), data.seq_len or the model size")
+
+    def _check_callbacks(self) -> None:
+        """Callbacks' own up-front checks (``check(trainer)``, e.g. probe matrix names), before the folder exists."""
+        for cb in self.callbacks:
+            fn = getattr(cb, "check", None)
+            if fn is not None:
+                fn(self)
+
     def _prepare_run_dir(self) -> None:
         rd = self.run_dir
         if self.dist.is_main:
-            if not self.resume and ((rd / "metrics.jsonl").exists() or (rd / "checkpoints").exists()):
-                raise RunDirError(f"{rd} already holds a run; use `smallinit train --resume {rd}` or a new --out")
+            if not self.resume:
+                self._check_out_dir()
             rd.mkdir(parents=True, exist_ok=True)
         dist_utils.barrier(self.dist)
+
+    def _check_out_dir(self) -> None:
+        """The output-folder policy (:mod:`smallinit.outputs`) for a new run: RUN_DIR absent or empty, never
+        the data folder (or inside it, or holding it), never a folder that holds something else."""
+        from smallinit.outputs import check_out_dir
+
+        try:
+            check_out_dir(self.run_dir, "run", inputs=[self.cfg.data.path], verb="train")
+        except ConfigError as e:
+            raise RunDirError(str(e)) from None
 
     def _write_run_files(self) -> None:
         if not self.dist.is_main:
@@ -253,7 +371,8 @@ class Trainer:
             state = {"tokens": self.tokens_seen, "loader": self.loader.state_dict(), "world_size": self.dist.world_size,
                      "wall_time": self.wall_time()}
             path = save_checkpoint(self.run_dir, self.step, msd, {"optimizer": osd, "rng_cpu": torch.get_rng_state()},
-                                   state, self.cfg.to_dict(), keep=self.cfg.train.keep_ckpts, tied_keys=tied)
+                                   state, self.cfg.to_dict(), keep=self.cfg.train.keep_ckpts, tied_keys=tied,
+                                   keep_steps=tuple(self.cfg.train.ckpt_steps))
         dist_utils.barrier(self.dist)
         return path
 
@@ -347,20 +466,64 @@ class Trainer:
         self.step += 1
         return {"loss": loss_v, "grad_norm": gn, "lr": lr, "aux_loss": aux_v}
 
+    def completed_summary(self) -> dict[str, Any] | None:
+        """The run's summary.json when the run is complete: the summary says so at (or beyond) ``train.max_steps``
+        and the newest checkpoint that verifies is that final step (a damaged final checkpoint is recomputed from
+        the one before by an ordinary resume). Else None."""
+        try:
+            s = json.loads((self.run_dir / "summary.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if not (isinstance(s, dict) and s.get("completed") and isinstance(s.get("step"), int)
+                and s["step"] >= self.cfg.train.max_steps):
+            return None
+        good = latest_good_checkpoint(self.run_dir)
+        if good is None or int(good.name[5:]) != s["step"]:
+            return None
+        return s
+
     def run(self) -> dict[str, Any]:
+        """Train to ``train.max_steps``; returns the summary. Resuming a run that is already complete at its
+        ``max_steps`` changes nothing and returns its summary with ``"already_complete": True``."""
         self._t_start = time.time()
         self._wall_before = 0.0
+        if self.resume:
+            done = self.completed_summary()
+            if done is not None:
+                return {**done, "already_complete": True}
         self._setup()
+        self._check_callbacks()
         self._prepare_run_dir()
         lock = RunLock(self.run_dir) if self.dist.is_main else contextlib.nullcontext()
         try:
-            with lock:
+            with lock, self._signals():
                 if self.resume:
                     self._restore()
                 self._write_run_files()
                 return self._loop()
         finally:
             dist_utils.teardown()
+
+    @contextlib.contextmanager
+    def _signals(self):
+        """SIGINT/SIGTERM set a flag that the loop honours at the next step boundary (checkpoint, then
+        :class:`Interrupted`); a second SIGINT interrupts at once. Only in the main thread."""
+        self._stop_signal: int | None = None
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            if self._stop_signal is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self._stop_signal = signum
+
+        old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, h in old.items():
+                signal.signal(sig, h)
 
     def _loop(self) -> dict[str, Any]:
         c = self.cfg
@@ -373,10 +536,11 @@ class Trainer:
             except ImportError:
                 raise ConfigError("train.tensorboard=true needs the tensorboard package (pip install tensorboard)") from None
             tb = SummaryWriter(str(self.run_dir / "tb"))
-        from tqdm import tqdm
-
-        bar = tqdm(total=c.train.max_steps, initial=self.step, disable=not (c.train.progress and main),
-                   unit="step", dynamic_ncols=True, leave=True)
+        progress = Progress(c.train.max_steps, self.step, enabled=c.train.progress and main,
+                            seconds=c.train.progress_seconds)
+        bar = progress
+        threshold = math.log(self.model_cfg.vocab_size) + c.train.diverge_margin
+        streak = 0  # consecutive steps with loss above `threshold`
         self.model.train()
         self._callbacks("on_train_start")
         flops_tok = self.model.flops_per_token(c.data.seq_len)
@@ -387,7 +551,11 @@ class Trainer:
         try:
             while self.step < c.train.max_steps:
                 t0 = time.perf_counter()
-                out = self.train_step()
+                try:
+                    out = self.train_step()
+                except DivergenceError as e:
+                    self._write_diverged("non-finite", self.step + 1, self.step + 1, None, threshold, str(e))
+                    raise
                 if self.device.type == "cuda":
                     torch.cuda.synchronize()
                 interval_time += time.perf_counter() - t0
@@ -395,7 +563,9 @@ class Trainer:
                 s = self.step
                 is_last = s == c.train.max_steps
                 record: dict[str, Any] = {}
-                if s % c.train.log_every == 0 or is_last or s % c.train.eval_every == 0:
+                streak = streak + 1 if out["loss"] > threshold else 0
+                if s % c.train.log_every == 0 or is_last or s % c.train.eval_every == 0 or \
+                        (c.train.diverge_steps and streak >= c.train.diverge_steps):
                     tps = interval_steps * tokens_per_step / max(interval_time, 1e-9)
                     record = {"step": s, "tokens": self.tokens_seen, "loss": out["loss"], "lr": out["lr"],
                               "grad_norm": out["grad_norm"], "tokens_per_s": tps, "gflops_per_s": tps * flops_tok / 1e9}
@@ -418,10 +588,22 @@ class Trainer:
                                 if k != "step" and isinstance(v, (int, float)):
                                     tb.add_scalar(k, v, s)
                     last_record = record
-                    bar.set_postfix(loss=f"{out['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
-                bar.update(1)
-                if s % c.train.ckpt_every == 0 or is_last:
+                bar.update(s, out["loss"], record)
+                if c.train.diverge_steps and streak >= c.train.diverge_steps:
+                    first = s - streak + 1
+                    kept = latest_good_checkpoint(self.run_dir) if main else None
+                    msg = (f"the loss diverged: above ln(V) + {c.train.diverge_margin:g} = {threshold:.2f} for "
+                           f"{streak} consecutive steps from step {first} (loss {out['loss']:.4g} at step {s}); "
+                           "stopped; " + (f"the newest checkpoint from before it is kept ({kept.name})" if kept else
+                                          "no checkpoint was written before it") + "; lower optim.lr")
+                    self._write_diverged("diverged", first, s, out["loss"], threshold, msg)
+                    raise DivergenceError(msg)
+                # no checkpoint while the loss is above the divergence line: pruning then cannot remove the
+                # newest checkpoint from before a divergence (the last step is always saved)
+                if (s % c.train.ckpt_every == 0 or s in c.train.ckpt_steps) and streak == 0 or is_last:
                     self.save()
+                if self._should_stop():
+                    self._interrupted(streak)
         finally:
             bar.close()
             if metrics_f:
@@ -433,9 +615,116 @@ class Trainer:
                    "final_val_loss": val_loss, "wall_time": self.wall_time(),
                    "params": self.model.num_params(), "non_embedding_params": self.model.num_params(non_embedding=True),
                    "active_params": self.model.num_params(active=True)}
+        summary = self._fill_summary(summary)
         if main:
             atomic_write_json(self.run_dir / "summary.json", summary)
+            (self.run_dir / "diverged.json").unlink(missing_ok=True)  # completed after all (resumed past it)
         return summary
+
+    def _fill_summary(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """``summary`` with every None taken from values that exist: the last logged loss / val_loss of
+        metrics.jsonl, else the previous summary.json; a key with no value anywhere is left out, never null."""
+        recs = read_jsonl(self.run_dir / "metrics.jsonl")
+        try:
+            prev = json.loads((self.run_dir / "summary.json").read_text())
+            prev = prev if isinstance(prev, dict) else {}
+        except (OSError, ValueError):
+            prev = {}
+        logged = {"final_loss": "loss", "final_val_loss": "val_loss"}
+        out = {}
+        for k, v in summary.items():
+            if v is None and k in logged:
+                v = next((r[logged[k]] for r in reversed(recs)
+                          if isinstance(r.get(logged[k]), (int, float)) and r.get("step", 0) <= self.step), None)
+            if v is None:
+                v = prev.get(k)
+            if v is not None:
+                out[k] = v
+        return out
+
+    def _write_diverged(self, kind: str, first: int, stopped: int, loss: float | None, threshold: float,
+                        message: str) -> None:
+        if not self.dist.is_main:
+            return
+        good = latest_good_checkpoint(self.run_dir)
+        atomic_write_json(self.run_dir / "diverged.json", {
+            "kind": kind, "step": first, "stopped_at": stopped, "loss": loss if loss is None or math.isfinite(loss)
+            else None, "threshold": threshold, "rule": f"loss > ln(V) + {self.cfg.train.diverge_margin:g} for "
+            f"{self.cfg.train.diverge_steps} consecutive steps, or a non-finite loss/gradient",
+            "checkpoint": good.name if good else None, "message": message})
+
+    def _should_stop(self) -> bool:
+        flag = getattr(self, "_stop_signal", None) is not None
+        if self.dist.enabled:  # every rank stops at the same step
+            t = torch.tensor([1.0 if flag else 0.0], device=self.device)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            flag = bool(t.item())
+        return flag
+
+    def _interrupted(self, streak: int) -> None:
+        """Save a checkpoint at this step boundary (unless the loss is above the divergence line) and raise
+        :class:`Interrupted`."""
+        signum = self._stop_signal or signal.SIGTERM
+        ckpts = list_checkpoints(self.run_dir)
+        saved = ckpts[-1] if ckpts and ckpts[-1].name.endswith(f"{self.step:08d}") else None
+        if saved is None and streak == 0:
+            saved = self.save()
+        name = signal.Signals(signum).name
+        where = (f"checkpoint saved at step {self.step} ({saved})" if saved is not None else
+                 f"no checkpoint written (loss above the divergence line); resume starts from the last one")
+        raise Interrupted(f"interrupted by {name} at step {self.step}: {where}; continue with "
+                          f"`smallinit train --resume {self.run_dir}`", int(signum), self.step,
+                          str(saved) if saved else None)
+
+
+class Progress:
+    """Training progress on stderr: a tqdm bar on a terminal; otherwise (a log file) a plain line
+    ``step S/N (P%) loss L [val V] tok/s R elapsed E eta T`` at the first step, at evaluated steps, at the last
+    step and at most every ``seconds`` in between — never carriage returns."""
+
+    def __init__(self, total: int, initial: int, enabled: bool, seconds: float = 30.0, stream=None):
+        self.total, self.enabled, self.seconds = total, enabled, seconds
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start_step, self.t0, self.last = initial, time.time(), None
+        self.bar = None
+        if enabled and self.tty:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, leave=True, file=self.stream)
+
+    def update(self, step: int, loss: float, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            if record:
+                self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{record.get('tokens_per_s', 0):.0f}", refresh=False)
+            self.bar.update(1)
+            return
+        now = time.time()
+        due = (self.last is None or step == self.total or "val_loss" in record
+               or now - self.last >= self.seconds)
+        if not due:
+            return
+        self.last = now
+        el = now - self.t0
+        done = step - self.start_step
+        eta = el / done * (self.total - step) if done > 0 else float("nan")
+        val = f" val {record['val_loss']:.4f}" if "val_loss" in record else ""
+        tps = f" tok/s {record['tokens_per_s']:.0f}" if "tokens_per_s" in record else ""
+        print(f"step {step}/{self.total} ({100 * step / max(self.total, 1):.0f}%) loss {loss:.4f}{val}{tps} "
+              f"elapsed {_hms(el)} eta {_hms(eta)}", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _hms(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 def train(cfg: RunConfig, run_dir: str | os.PathLike, callbacks: list[Any] | None = None) -> dict[str, Any]:
@@ -445,7 +734,4 @@ def train(cfg: RunConfig, run_dir: str | os.PathLike, callbacks: list[Any] | Non
 
 def resume(run_dir: str | os.PathLike, callbacks: list[Any] | None = None, max_steps: int | None = None) -> dict[str, Any]:
     """Continue the run in ``run_dir`` from its last good checkpoint (optionally to a new ``max_steps``)."""
-    t = Trainer(None, run_dir, resume=True, callbacks=callbacks)
-    if max_steps is not None:
-        t.cfg.train.max_steps = max_steps
-    return t.run()
+    return Trainer(None, run_dir, resume=True, callbacks=callbacks, max_steps=max_steps).run()

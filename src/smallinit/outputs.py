@@ -1,0 +1,231 @@
+"""One output-folder policy for every verb that writes (train, prepare, export, import-hf, eval, probe, plot,
+compare, scaling, anchor, sweep, reproduce).
+
+The rule, checked **before any work starts** (:func:`check_out_dir`, :func:`check_out_file`):
+
+1. A new output goes only into a folder that does not exist or is empty.
+2. A folder that already holds an output of the *same kind* (recognised by :func:`output_kind`) is accepted
+   only when the verb can continue it (``can_continue``: ``sweep``/``reproduce`` resume, ``train --resume``)
+   or, with ``--force``, replaced.
+3. Anything else (a file, a prepared dataset given to ``train --out``, a user folder with its own files) is
+   refused with one line; ``--force`` does not change that: it only replaces a previous output of the same kind.
+4. ``--force`` (and every replacement) never touches a folder that is, contains, or lies inside any input of
+   the command (:func:`overlaps`): ``export RUN RUN --force`` and ``export RUN PARENT --force`` are refused.
+5. The destination's parent must be writable (a read-only filesystem is refused up front, not after the work).
+6. Everything is written beside the destination (``.NAME.tmp-PID``) and renamed into place
+   (:func:`staged_dir`, :func:`install_dir`); a replaced output is moved aside first and removed only after the
+   new one is in place.
+
+A file output (``eval --out FILE.json``, ``probe --out FILE``) may not be a directory; an existing file is
+replaced only when it is an output of the same kind (a JSON file with that kind's keys).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from smallinit.errors import ConfigError
+
+# what each kind of output folder holds (all listed names present = that kind)
+_DIR_KINDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    # a run: its config plus any trace of training (an import-hf run has a step-0 checkpoint)
+    "run": (("config.yaml", "metrics.jsonl"), ("config.yaml", "checkpoints"), ("config.yaml", "summary.json")),
+    "data": (("meta.json", "train.bin", "val.bin"),),
+    "export": (("config.json", "model.safetensors", "README.md"),),
+    "sweep": (("sweep.json",),),
+    "reproduce": (("plan.json",),),
+}
+# keys a JSON file output of each kind carries
+_FILE_KINDS: dict[str, tuple[str, ...]] = {
+    "eval": ("results", "config"),
+    "probe": ("step", "layers"),
+}
+
+KIND_NAMES = {"run": "a run directory", "data": "a prepared data directory", "export": "a Hugging Face export",
+              "sweep": "a sweep folder", "reproduce": "a reproduce folder", "eval": "an eval results file",
+              "probe": "a probe results file"}
+
+
+def output_kind(path: str | os.PathLike) -> str | None:
+    """The kind of output ``path`` (a folder) holds, or None. Recognised from its files: a run
+    (config.yaml + metrics.jsonl/checkpoints/summary.json), prepared data (meta.json + train.bin + val.bin), a
+    Hugging Face export written by us (config.json + model.safetensors + a README.md of ``smallinit export``),
+    a sweep or reproduce folder."""
+    p = Path(path)
+    if not p.is_dir():
+        return None
+    for kind, alternatives in _DIR_KINDS.items():
+        for names in alternatives:
+            if all((p / n).exists() for n in names):
+                if kind == "export":
+                    try:
+                        if not (p / "README.md").read_text(errors="replace").startswith("# smallinit export"):
+                            continue
+                    except OSError:
+                        continue
+                return kind
+    return None
+
+
+def _file_kind(path: Path) -> str | None:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    for kind, keys in _FILE_KINDS.items():
+        if all(k in obj for k in keys):
+            return kind
+    return None
+
+
+def _resolved(p: str | os.PathLike) -> Path:
+    return Path(os.path.abspath(os.path.realpath(p)))
+
+
+def overlaps(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """True when ``a`` is ``b``, contains it, or lies inside it (symlinks resolved)."""
+    ra, rb = _resolved(a), _resolved(b)
+    return ra == rb or ra in rb.parents or rb in ra.parents
+
+
+def _check_writable(path: Path) -> None:
+    """ConfigError unless a file can be created in the nearest existing ancestor of ``path``."""
+    anc = path.parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise ConfigError(f"{path}: cannot be created: {anc} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=anc, prefix=".smallinit-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot write in {anc} ({e.strerror or e})") from None
+
+
+def _is_empty_dir(p: Path) -> bool:
+    return p.is_dir() and not any(p.iterdir())
+
+
+@dataclass
+class OutputPlan:
+    """What :func:`check_out_dir` decided: ``state`` is "new" (absent or empty), "continue" (an output of the
+    same kind the verb continues) or "replace" (an output of the same kind, ``--force``)."""
+
+    path: Path
+    kind: str
+    state: str
+
+
+def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike] = (),
+                  force: bool = False, can_continue: bool = False, verb: str = "") -> OutputPlan:
+    """Apply the policy (module docstring) to the output folder ``out`` of ``kind``; ConfigError when refused.
+
+    ``inputs``: every path the command reads (run dirs, data dirs, checkpoints, files). An output that is,
+    contains or lies inside one of them is refused whatever ``force`` says — unless the verb continues that very
+    output (``can_continue`` and ``out`` is itself an input, as in ``train --resume``)."""
+    out = Path(out)
+    what = KIND_NAMES.get(kind, kind)
+    for src in inputs:
+        if src is None or str(src) == "":
+            continue
+        if overlaps(out, src) and not (can_continue and _resolved(out) == _resolved(src) and output_kind(out) == kind):
+            raise ConfigError(f"{out}: the output folder would be, contain or lie inside the input {src}; "
+                              "choose an output folder outside every input")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: exists and is a file, not a folder; choose a folder name")
+    if not out.exists() or _is_empty_dir(out):
+        _check_writable(out / "x")
+        return OutputPlan(out, kind, "new")
+    found = output_kind(out)
+    if found == kind:
+        if can_continue:
+            _check_writable(out / "x")
+            return OutputPlan(out, kind, "continue")
+        if force:
+            _check_writable(out)
+            return OutputPlan(out, kind, "replace")
+        hint = {"run": f"use `smallinit train --resume {out}` or a new --out"}.get(kind, "choose a new folder or "
+                                                                                        "pass --force to replace it")
+        raise ConfigError(f"{out} already holds {'a run' if kind == 'run' else what}; {hint}")
+    held = f" (it holds {KIND_NAMES[found]})" if found else ""
+    raise ConfigError(f"{out}: folder exists and is not empty{held}; {verb + ' ' if verb else ''}writes {what} only "
+                      f"into a new or empty folder{' or over a previous one with --force' if not can_continue else ''}"
+                      "; choose another folder")
+
+
+def check_out_file(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike] = ()) -> Path:
+    """Apply the policy to a file output: not a folder, not an input, a writable parent; an existing file is
+    replaced only when it is an output of the same ``kind`` (JSON with that kind's keys). Returns the path."""
+    out = Path(out)
+    for src in inputs:
+        if src is not None and str(src) and _resolved(out) == _resolved(src):
+            raise ConfigError(f"{out}: the output file is the input {src}; choose another name")
+    if out.is_dir():
+        raise ConfigError(f"{out}: is a folder; give a file name (e.g. {out / (kind + '.json')})")
+    if out.exists():
+        if _file_kind(out) != kind:
+            raise ConfigError(f"{out}: exists and is not {KIND_NAMES.get(kind, kind)}; refusing to overwrite it "
+                              "(choose another name or remove it)")
+        _check_writable(out)
+    else:
+        _check_writable(out)
+    return out
+
+
+def install_dir(tmp: Path, plan: OutputPlan) -> Path:
+    """Rename the finished ``tmp`` folder to ``plan.path``; a replaced output is moved aside first and removed
+    only once the new one is in place."""
+    from smallinit.io import fsync_dir
+
+    out = plan.path
+    old = None
+    if out.exists():
+        if _is_empty_dir(out):
+            out.rmdir()
+        elif plan.state == "replace" and output_kind(out) == plan.kind:
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+        else:  # something appeared meanwhile: never delete it
+            raise ConfigError(f"{out}: appeared while the output was being written; the result is left in {tmp}")
+    os.replace(tmp, out)
+    fsync_dir(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def tmp_dir_for(out: Path) -> Path:
+    """A fresh temporary folder beside ``out`` (same filesystem, so the final rename is atomic)."""
+    from smallinit.io import umask
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    os.chmod(tmp, 0o777 & ~umask())
+    return tmp
+
+
+@contextlib.contextmanager
+def staged_dir(plan: OutputPlan) -> Iterator[Path]:
+    """Yield a temporary folder beside ``plan.path``; on success it is renamed into place (:func:`install_dir`),
+    on any error it is removed and ``plan.path`` is left as it was."""
+    tmp = tmp_dir_for(plan.path)
+    try:
+        yield tmp
+        install_dir(tmp, plan)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+__all__ = ["OutputPlan", "check_out_dir", "check_out_file", "install_dir", "output_kind", "overlaps",
+           "staged_dir", "tmp_dir_for"]

@@ -1,0 +1,277 @@
+"""Nothing lost, ever (issue #20): finished-run resume, the output-folder policy, checks before the first step,
+the divergence watch, SIGINT/SIGTERM, plain progress lines in a log file.
+
+Each test reproduces one case of the issue (a command that used to destroy data or fail late) and asserts
+the data is intact and the command said so in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_overrides
+from smallinit.cli import main as cli
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under ``root`` (the lock file excluded: flock touches it)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def one_error(capsys) -> str:
+    """The single ``error:`` line on stderr (asserts there is exactly one and no traceback)."""
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err, err
+    return lines[0]
+
+
+def train(out: Path, token_dir: Path, **extra) -> int:
+    return cli(["train", "--config", "tiny", "--out", str(out), *tiny_overrides(token_dir, **extra)])
+
+
+@pytest.fixture(scope="module")
+def done_run(tmp_path_factory, token_dir) -> Path:
+    """A complete 6-step run (checkpoints at 3 and 6), trained once for the module."""
+    out = tmp_path_factory.mktemp("rel") / "run"
+    assert train(out, token_dir, **{"train.max_steps": 6, "train.ckpt_every": 3, "train.eval_every": 3}) == 0
+    return out
+
+
+# ---- 1. finished runs ------------------------------------------------------------------------------------
+
+def test_resume_of_a_complete_run_changes_nothing(done_run, capsys):
+    before = snapshot(done_run)
+    summary = json.loads((done_run / "summary.json").read_text())
+    assert summary["final_loss"] is not None and summary["final_val_loss"] is not None
+    capsys.readouterr()
+    assert cli(["train", "--resume", str(done_run)]) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert cli(["train", "--resume", str(done_run), "--max-steps", "6"]) == 0  # equal: nothing to extend
+    assert snapshot(done_run) == before
+    # --max-steps below the run's own budget: refused with one line, nothing touched (used to null the summary)
+    capsys.readouterr()
+    assert cli(["train", "--resume", str(done_run), "--max-steps", "4"]) == 2
+    assert "only extends" in one_error(capsys)
+    assert snapshot(done_run) == before
+    from smallinit.doctor import check_run
+
+    rep = check_run(done_run)
+    assert rep.healthy and rep.status == "complete"
+
+
+def test_max_steps_extends_a_complete_run_and_the_summary_keeps_real_values(tmp_path, done_run):
+    run = tmp_path / "run"
+    shutil.copytree(done_run, run)
+    assert cli(["train", "--resume", str(run), "--max-steps", "8"]) == 0
+    s = json.loads((run / "summary.json").read_text())
+    assert s["step"] == 8 and isinstance(s["final_loss"], float) and isinstance(s["final_val_loss"], float)
+    # a summary lost after the last step: resume rewrites it from the log, never with nulls
+    (run / "summary.json").unlink()
+    assert cli(["train", "--resume", str(run)]) == 0
+    s2 = json.loads((run / "summary.json").read_text())
+    assert s2["step"] == 8 and s2["final_loss"] == s["final_loss"] and s2["final_val_loss"] == s["final_val_loss"]
+
+
+def test_doctor_flags_a_summary_blanked_by_an_old_resume(tmp_path, done_run):
+    from smallinit.doctor import check_run
+
+    run = tmp_path / "run"
+    shutil.copytree(done_run, run)
+    s = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**s, "final_loss": None, "final_val_loss": None}))
+    rep = check_run(run)
+    assert not rep.healthy and rep.status != "complete"
+    assert any("no value for final_loss" in f.what for f in rep.problems)
+
+
+# ---- 2. train --out onto something that is not a run ----------------------------------------------------
+
+def test_train_out_onto_a_dataset_or_a_user_folder_is_refused(tmp_path, token_dir, capsys):
+    data = tmp_path / "data"
+    shutil.copytree(token_dir, data)
+    before = snapshot(data)
+    assert cli(["train", "--config", "tiny", "--out", str(data), *tiny_overrides(data)]) == 2
+    assert "input" in one_error(capsys)
+    assert snapshot(data) == before
+    # a dataset that is not this run's input is protected the same way (it is not empty and not a run)
+    other = tmp_path / "other"
+    shutil.copytree(token_dir, other)
+    assert cli(["train", "--config", "tiny", "--out", str(other), *tiny_overrides(data)]) == 2
+    assert "prepared data directory" in one_error(capsys)
+    assert snapshot(other) == snapshot(data)
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "config.yaml").write_text("my: own\n")
+    assert cli(["train", "--config", "tiny", "--out", str(user), *tiny_overrides(data)]) == 2
+    one_error(capsys)
+    assert (user / "config.yaml").read_text() == "my: own\n" and sorted(os.listdir(user)) == ["config.yaml"]
+    # output onto a file, or under a read-only folder: one line before any work
+    f = tmp_path / "afile"
+    f.write_text("x")
+    assert cli(["train", "--config", "tiny", "--out", str(f), *tiny_overrides(data)]) == 2
+    assert "file" in one_error(capsys)
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        assert cli(["train", "--config", "tiny", "--out", str(ro / "run"), *tiny_overrides(data)]) == 2
+        one_error(capsys)
+
+
+# ---- 3. export --force never deletes its input -----------------------------------------------------------
+
+def test_export_force_never_deletes_the_source_run_or_its_parent(tmp_path, done_run, capsys):
+    root = tmp_path / "runs"
+    run = root / "run"
+    shutil.copytree(done_run, run)
+    (root / "sibling").mkdir()
+    (root / "sibling" / "notes.txt").write_text("keep me")
+    before = snapshot(root)
+    for out in (run, root, run / "inside"):
+        assert cli(["export", str(run), "--to", "hf", str(out), "--force"]) == 2
+        assert "input" in one_error(capsys)
+        assert snapshot(root) == before
+    # --force replaces a previous export, and only that
+    hf = tmp_path / "hf"
+    assert cli(["export", str(run), "--to", "hf", str(hf)]) == 0
+    assert cli(["export", str(run), "--to", "hf", str(hf), "--force"]) == 0
+    capsys.readouterr()
+    assert cli(["export", str(run), "--to", "hf", str(root / "sibling"), "--force"]) == 2
+    one_error(capsys)
+    assert (root / "sibling" / "notes.txt").read_text() == "keep me"
+
+
+# ---- 4. checks before the first step leave no folder behind -----------------------------------------------
+
+@pytest.mark.parametrize("extra,match", [
+    ({"data.seq_len": 30000, "model.max_seq_len": 30000}, "val split has"),  # longer than the validation split
+    ({"data.val_batches": 5000, "data.tune_batches": 1}, "tune_batches"),  # no tune windows after val
+    ({"probe.every": 5, "probe.heatmaps": "[blocks.0.attn.qq]"}, "unknown matrix"),
+    ({"train.batch_size": 2_000_000}, "needs about"),  # the OOM case: refused up front
+])
+def test_failing_checks_leave_no_folder(tmp_path, token_dir, capsys, extra, match):
+    out = tmp_path / "run"
+    assert train(out, token_dir, **extra) == 2
+    assert match in one_error(capsys)
+    assert not out.exists()
+    assert train(out, token_dir, **{"train.max_steps": 2}) == 0  # the corrected command just works
+
+
+def test_token_ids_beyond_the_vocabulary_are_refused(tmp_path, token_dir, capsys):
+    data = tmp_path / "data"
+    shutil.copytree(token_dir, data)
+    meta = json.loads((data / "meta.json").read_text())
+    (data / "meta.json").write_text(json.dumps({**meta, "vocab_size": 100}))
+    assert train(tmp_path / "run", data) == 2
+    assert "token id" in one_error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_silently_ignored_options_are_refused(tmp_path, token_dir, capsys):
+    assert cli(["train", "--config", "tiny", "--out", str(tmp_path / "a"), "--max-steps", "5",
+                *tiny_overrides(token_dir)]) == 2
+    assert "--resume" in one_error(capsys)
+    assert train(tmp_path / "b", token_dir, **{"model.vocab_size": 100}) == 2
+    assert "vocabulary" in one_error(capsys)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_base_config_cycle_is_one_error(tmp_path, capsys):
+    (tmp_path / "a.yaml").write_text(f"base: {tmp_path / 'b.yaml'}\n")
+    (tmp_path / "b.yaml").write_text(f"base: {tmp_path / 'a.yaml'}\n")
+    assert cli(["train", "--config", str(tmp_path / "a.yaml"), "--out", str(tmp_path / "run")]) == 2
+    assert "loops back" in one_error(capsys)
+
+
+# ---- 5. divergence watch -----------------------------------------------------------------------------------
+
+def test_a_finite_blow_up_stops_the_run_and_keeps_the_pre_divergence_checkpoint(tmp_path, token_dir, capsys):
+    from smallinit.checkpoint import list_checkpoints
+    from smallinit.doctor import check_run
+
+    run = tmp_path / "run"
+    # lr=10: loss 6 -> thousands from step 2; keep_ckpts=1 used to prune every checkpoint from before it
+    rc = train(run, token_dir, **{"optim.lr": 10, "train.max_steps": 60, "train.ckpt_every": 1, "train.keep_ckpts": 1})
+    assert rc == 2
+    assert "diverged" in one_error(capsys)
+    d = json.loads((run / "diverged.json").read_text())
+    assert d["kind"] == "diverged" and d["step"] >= 2
+    ckpts = list_checkpoints(run)
+    assert ckpts and int(ckpts[-1].name[5:]) < d["step"]  # the newest checkpoint predates the divergence
+    assert not (run / "summary.json").exists()
+    rep = check_run(run)
+    assert rep.status == "diverged" and not rep.healthy
+    assert any(f"diverged at step {d['step']}" in f.what for f in rep.problems)
+
+
+def test_the_divergence_rule_does_not_fire_on_a_healthy_run(done_run):
+    recs = [json.loads(l) for l in (done_run / "metrics.jsonl").read_text().splitlines()]
+    assert not (done_run / "diverged.json").exists() and len(recs) == 6
+
+
+# ---- 6. SIGINT / SIGTERM -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_saves_a_checkpoint_then_exits(tmp_path, token_dir, sig, code):
+    from smallinit.checkpoint import list_checkpoints
+
+    run = tmp_path / "run"
+    log = tmp_path / "stderr.log"
+    args = [sys.executable, "-m", "smallinit", "train", "--config", "tiny", "--out", str(run),
+            *tiny_overrides(token_dir, **{"train.max_steps": 5000, "train.ckpt_every": 1000, "train.progress": "true",
+                                          "train.progress_seconds": 0})]
+    with open(log, "w") as err:
+        p = subprocess.Popen(args, stderr=err, stdout=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while time.time() < deadline and not (run / "metrics.jsonl").is_file():
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.send_signal(sig)
+        rc = p.wait(60)
+    text = log.read_text()
+    assert rc == code, text
+    lines = [l for l in text.splitlines() if l.startswith("interrupted")]
+    assert len(lines) == 1 and signal.Signals(sig).name in lines[0] and "Traceback" not in text
+    ckpts = list_checkpoints(run)
+    assert ckpts, text
+    step = int(ckpts[-1].name[5:])
+    assert 0 < step < 1000 and f"at step {step}" in lines[0]  # saved at the step boundary, not at ckpt_every
+    # progress in a log file: plain lines, never carriage returns
+    assert "\r" not in text and any(l.startswith("step ") and "/5000" in l for l in text.splitlines())
+
+
+def test_progress_lines_in_a_log_file_and_a_bar_on_a_terminal():
+    from smallinit.train.loop import Progress
+
+    buf = io.StringIO()
+    p = Progress(10, 0, enabled=True, seconds=3600, stream=buf)
+    for s in range(1, 11):
+        p.update(s, 5.0 - s / 10, {"tokens_per_s": 100.0, **({"val_loss": 4.5} if s == 5 else {})})
+    p.close()
+    lines = buf.getvalue().splitlines()
+    # the first step, the evaluated step and the last step; nothing in between within the interval
+    assert [l.split()[1] for l in lines] == ["1/10", "5/10", "10/10"]
+    assert "\r" not in buf.getvalue() and "val 4.5000" in lines[1]
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    t = Tty()
+    p = Progress(10, 0, enabled=True, stream=t)
+    assert p.bar is not None
+    p.close()
