@@ -7,11 +7,22 @@ import math
 import numpy as np
 import pytest
 
-from smallinit.experiments.claims import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Effect, combine, difference,
-                                          effect_verdict, judge_condensation, judge_effective_size,
-                                          judge_gamma_sweep, judge_lower_loss, judge_reasoning, judge_saturation,
-                                          judge_shrinking_advantage, judge_sink, judge_token_bins,
-                                          lower_is_better_effect, paired_effect, trajectory_stats)
+from smallinit.experiments.claims import (c01_loss, c02_shrink, c03_saturation, c04_sink, c05_gamma, c06_condensation,
+                                          c07_token_bins, c08_scaling, c09_anchor)
+from smallinit.experiments.claims.rules import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Effect, combine, difference,
+                                                effect_verdict, lower_is_better_effect, paired_effect)
+
+# each claim's rule is ``judge`` in its module
+judge_lower_loss = c01_loss.judge
+judge_shrinking_advantage = c02_shrink.judge
+judge_saturation = c03_saturation.judge
+judge_sink = c04_sink.judge
+judge_gamma_sweep = c05_gamma.judge
+judge_condensation = c06_condensation.judge
+trajectory_stats = c06_condensation.trajectory_stats
+judge_token_bins = c07_token_bins.judge
+judge_effective_size = c08_scaling.judge
+judge_reasoning = c09_anchor.judge
 
 
 def test_the_rule_has_three_outcomes():

@@ -1,4 +1,4 @@
-"""smallinit reproduce: the hidden fixture-sized preset end to end (claims.json, report.md, index.html whose every
+"""smallinit reproduce: a fixture-sized preset (TEST, below) end to end (claims.json, report.md, index.html whose every
 image and link exists), resumption, and the dry-run plans of the public presets."""
 
 from __future__ import annotations
@@ -11,7 +11,37 @@ from pathlib import Path
 import pytest
 
 from smallinit.experiments.claims import CLAIMS, NOT_RUN, VERDICTS
-from smallinit.experiments.reproduce import DEMO, claim_arms, get_preset, reproduce
+from smallinit.experiments.plan import claim_arms
+from smallinit.experiments.presets import DEMO, AnchorArm, Preset, get_preset, shape
+from smallinit.experiments.reproduce import reproduce
+
+TEST = Preset(  # fixture-sized, in-process: every claim in about a minute on 2 cores
+    name="test",
+    budget="seconds (test only)",
+    description="fixture-sized models for the test suite",
+    claims=tuple(range(1, 11)),
+    base={"model": {"preset": "tiny", "max_seq_len": 32},
+          "data": {"seq_len": 32, "val_batches": 2, "tune_batches": 1, "bos": True},
+          "optim": {"warmup_steps": 2},
+          "train": {"batch_size": 4, "log_every": 2, "eval_every": 4, "ckpt_every": 8, "keep_ckpts": 1, "threads": 1},
+          "probe": {"every": 2, "heatmaps": ["blocks.0.attn.q"]}},
+    sizes={"d16": shape(16, 1, 2, 32, 8), "d32": shape(32, 1, 2, 64, 8), "d48": shape(48, 1, 2, 96, 8),
+           "d32-moe": shape(32, 1, 2, 64, 8, **{"model.moe.n_experts": 2, "model.moe.top_k": 1,
+                                                  "model.moe.d_expert": 32})},
+    main_size="d32", probe_size="d32", shrink_sizes=("d16", "d32"), scaling_sizes=("d16", "d32", "d48"),
+    moe_size="d32-moe",
+    lrs=(3e-3, 1e-2),
+    seeds={1: 2, 9: 2},
+    gammas=(0.5, 1.0, 1.5),
+    anchor={"steps": 20, "n_train": 256, "n_test": 64, "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32,
+            "eval_every": 10, "threads": 1},
+    anchor_lrs=(1e-3, 3e-3),
+    corpus={"inputs": ["builtin:stdlib"], "vocab_size": 512, "max_bytes": 400_000, "val_fraction": 0.1, "name": "test"},
+    compare_tokens=256,
+    gflops=5.0,
+    anchor_gflops=1.0,
+    inprocess=True,
+)
 
 
 class _Refs(HTMLParser):
@@ -29,7 +59,7 @@ class _Refs(HTMLParser):
 def test_report(tmp_path_factory, token_dir):
     out = tmp_path_factory.mktemp("repro") / "out"
     logs: list[str] = []
-    results = reproduce("test", out, token_dir, log=logs.append)
+    results = reproduce(TEST, out, token_dir, log=logs.append)
     return out, results, logs
 
 
@@ -73,7 +103,7 @@ def test_rerun_resumes_without_training_again(test_report, token_dir):
     runs = sorted((out / "runs").glob("*/summary.json"))
     mtimes = {p: p.stat().st_mtime_ns for p in runs}
     logs: list[str] = []
-    again = reproduce("test", out, token_dir, log=logs.append)
+    again = reproduce(TEST, out, token_dir, log=logs.append)
     assert [c["verdict"] for c in again] == [c["verdict"] for c in results]
     assert {p: p.stat().st_mtime_ns for p in runs} == mtimes
     assert not any(" start " in l for l in logs), "a finished run was started again"
@@ -92,7 +122,9 @@ def test_demo_plan_covers_its_claims_with_four_models():
     arms = claim_arms(DEMO)
     assert sorted(arms) == [1, 4, 6, 7, 9]
     unique = {a for roles in arms.values() for a in roles.values()}
-    assert len(unique) == 4  # baseline, paper, and γ 0.5 / 1 without the gate (ε = 1e-12)
+    lm = {a for a in unique if not isinstance(a, AnchorArm)}
+    assert len(lm) == 4  # baseline, paper, and γ 0.5 / 1 without the gate (ε = 1e-12)
+    assert sorted(a.gamma for a in unique - lm) == [0.5, 1.0]  # claim 9: the anchor task at γ 0.5 and 1
     cpu = get_preset("cpu")
     assert sorted(claim_arms(cpu)) == list(CLAIMS)
     assert len(cpu.lrs) >= 3 and cpu.n_seeds(1) == 2 and cpu.n_seeds(9) == 2

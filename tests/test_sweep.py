@@ -26,9 +26,9 @@ def test_grid_is_cartesian_and_runs_are_named_by_differences(token_dir):
     assert [r.name for r in spec.runs] == ["gamma=0.5,norm_eps=1e-05", "gamma=0.5,norm_eps=1e-12",
                                            "gamma=1,norm_eps=1e-05", "gamma=1,norm_eps=1e-12"]
     # values reach the resolved config with their types ("1e-5" parsed as a float)
-    assert spec.runs[0].config["model"]["norm_eps"] == 1e-5
-    assert spec.runs[3].config["model"]["gamma"] == 1.0
-    assert spec.runs[3].config["data"]["path"] == str(token_dir)
+    assert spec.runs[0].config.model.norm_eps == 1e-5
+    assert spec.runs[3].config.model.gamma == 1.0
+    assert spec.runs[3].config.data.path == str(token_dir)
     assert spec.keys == ["model.gamma", "model.norm_eps"]
     assert len(expand_grid({"a.b": [1, 2, 3], "c.d": [1, 2]})) == 6
 
@@ -53,7 +53,7 @@ def test_sweep_file_errors_name_the_problem(tmp_path, token_dir):
     p = tmp_path / "s.yaml"
     p.write_text("base: [tiny, model.gamma=0.5]\nruns:\n  - {name: one, train.max_steps: 3}\n")
     spec = load_sweep(p)
-    assert spec.runs[0].name == "one" and spec.runs[0].config["model"]["gamma"] == 0.5
+    assert spec.runs[0].name == "one" and spec.runs[0].config.model.gamma == 0.5
 
 
 def _wait_for(cond, timeout, proc=None, what=""):
@@ -111,7 +111,8 @@ def test_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, token_di
     assert (first / "metrics.jsonl").stat().st_mtime_ns == metrics_mtime
     assert all(run_state(d) == "done" for d in (first, second, third))
     # the resumed run continued from its checkpoint: its log shows a resume, its metrics reach the end
-    assert "train --resume" in (second / "job.log").read_text()
+    log = (out / "jobs" / f"{second.name}.log").read_text()
+    assert "smallinit.experiments.job" in log and "--resume" in log and "(resume)" in log
     steps = [int(l.split('"step": ')[1].split(",")[0]) for l in (second / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps) and steps[-1] == 60 and len(steps) == len(set(steps))
 
@@ -146,7 +147,8 @@ def test_changed_config_for_an_existing_run_is_refused(tmp_path, token_dir):
 def test_summary_table_includes_probe_values(tmp_path):
     import json
 
-    from smallinit.experiments.sweep import RunSpec, SweepSpec, summarize_probe_record, write_summary
+    from smallinit.experiments.sweep import RunSpec, SweepSpec, write_summary
+    from smallinit.rundir import summarize_probe_record
 
     rec = {"step": 10, "uniform_sink": 0.1,
            "layers": [{"layer": 0, "sink": 0.2, "max_act": 3.0, "attn_norm": {"saturation": 0.9}, "mlp_norm": {"saturation": 0.4}},
@@ -170,7 +172,7 @@ def test_summary_table_includes_probe_values(tmp_path):
 
 
 def test_a_field_added_since_a_run_was_written_compares_at_its_default():
-    from smallinit.experiments.sweep import config_mismatch
+    from smallinit.rundir import config_mismatch
     from smallinit.train.config import load_config
 
     wanted = load_config("tiny", ["optim.lr=0.002"]).to_dict()

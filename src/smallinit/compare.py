@@ -106,22 +106,49 @@ def difficulty_bins(loss_a: Any, loss_b: Any, n_bins: int = 5) -> tuple[np.ndarr
         raise ValueError(f"loss_a and loss_b differ in length: {la.size} vs {lb.size}")
     if la.size == 0:
         raise ValueError("no tokens to bin")
-    d = (la + lb) / 2.0
+    return quantile_bins((la + lb) / 2.0, n_bins)
+
+
+def quantile_bins(difficulty: Any, n_bins: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Quantile bins of any per-token difficulty d (edges = quantiles of d at 0, 1/n, …, 1; bin k holds
+    edges[k] <= d < edges[k+1], the last bin its upper edge too). Returns (bin_index, edges)."""
+    d = _to_numpy(difficulty, "difficulty")
+    if int(n_bins) != n_bins or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer, got {n_bins}")
+    if d.size == 0:
+        raise ValueError("no tokens to bin")
     edges = np.quantile(d, np.linspace(0.0, 1.0, int(n_bins) + 1))
     idx = np.searchsorted(edges[1:-1], d, side="right").astype(np.int64)
     return idx, edges
 
 
 def _bootstrap_mean_intervals(
-    X: np.ndarray, n_boot: int, rng: np.random.Generator, level: float
+    X: np.ndarray, n_boot: int, rng: np.random.Generator, level: float, clusters: np.ndarray | None = None
 ) -> np.ndarray:
     """Percentile-bootstrap intervals of the column means of X (n, k), paired resampling.
 
     Every bootstrap replicate draws n rows with replacement (the same rows for every column).
     Replicates are processed in chunks of at most ~2M gathered values, whatever n is.
+    With ``clusters`` (one label per row, e.g. the window a token was scored in) a replicate draws C whole
+    clusters out of the C present instead, and its mean is Σ chosen cluster sums / Σ chosen cluster sizes:
+    tokens of one window share their context and are not independent draws.
     Returns an array (k, 2) of (low, high).
     """
     n, k = X.shape
+    alpha = (1.0 - level) / 2.0
+    if clusters is not None:
+        _, inv = np.unique(np.asarray(clusters).reshape(-1), return_inverse=True)
+        sizes = np.bincount(inv).astype(np.float64)
+        sums = np.stack([np.bincount(inv, weights=X[:, j]) for j in range(k)], axis=1)  # (C, k)
+        C = sizes.size
+        means = np.empty((n_boot, k), dtype=np.float64)
+        chunk = max(1, 2_000_000 // max(C, 1))
+        for start in range(0, n_boot, chunk):
+            stop = min(n_boot, start + chunk)
+            pick = rng.integers(0, C, size=(stop - start, C))
+            means[start:stop] = sums[pick].sum(axis=1) / sizes[pick].sum(axis=1)[:, None]
+        lo, hi = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
+        return np.stack([lo, hi], axis=1)
     cols = [np.ascontiguousarray(X[:, j]) for j in range(k)]
     idx_dtype = np.int32 if n < 2**31 else np.int64
     means = np.empty((n_boot, k), dtype=np.float64)
@@ -153,7 +180,8 @@ def bootstrap_ci(values: Any, n_boot: int = 1000, seed: int = 0, level: float = 
     return float(lo), float(hi)
 
 
-def _summary(dsym: np.ndarray, gain: np.ndarray, la: np.ndarray, lb: np.ndarray, n_boot: int, seed: int) -> dict:
+def _summary(dsym: np.ndarray, gain: np.ndarray, la: np.ndarray, lb: np.ndarray, n_boot: int, seed: int,
+             clusters: np.ndarray | None = None) -> dict:
     """count, means and paired-bootstrap intervals of Δ_sym and ℓ_B − ℓ_A for one group of tokens."""
     n = int(dsym.size)
     if n == 0:
@@ -164,7 +192,8 @@ def _summary(dsym: np.ndarray, gain: np.ndarray, la: np.ndarray, lb: np.ndarray,
             "loss_a": None,
             "loss_b": None,
         }
-    ci = _bootstrap_mean_intervals(np.stack([dsym, gain], axis=1), n_boot, np.random.default_rng(seed), CI_LEVEL)
+    ci = _bootstrap_mean_intervals(np.stack([dsym, gain], axis=1), n_boot, np.random.default_rng(seed), CI_LEVEL,
+                                   clusters)
     return {
         "count": n,
         "delta_sym": {"mean": float(dsym.mean()), "ci95": [float(ci[0, 0]), float(ci[0, 1])]},
@@ -176,14 +205,15 @@ def _summary(dsym: np.ndarray, gain: np.ndarray, la: np.ndarray, lb: np.ndarray,
 
 def _per_bin(
     bins: np.ndarray, edges: np.ndarray, dsym: np.ndarray, gain: np.ndarray, la: np.ndarray, lb: np.ndarray,
-    n_boot: int, seed: int,
+    n_boot: int, seed: int, clusters: np.ndarray | None = None,
 ) -> list[dict]:
     names = bin_names(len(edges) - 1)
     out = []
     for k, name in enumerate(names):
         m = bins == k
         row = {"bin": k, "name": name, "difficulty": [float(edges[k]), float(edges[k + 1])]}
-        row.update(_summary(dsym[m], gain[m], la[m], lb[m], n_boot, seed + 1 + k))
+        row.update(_summary(dsym[m], gain[m], la[m], lb[m], n_boot, seed + 1 + k,
+                            None if clusters is None else clusters[m]))
         out.append(row)
     return out
 
@@ -195,8 +225,16 @@ def compare_token_scores(
     sources: Any = None,
     seed: int = 0,
     n_boot: int = 1000,
+    reference_logp: Any = None,
+    windows: Any = None,
 ) -> dict:
     """Token-level comparison of variant A and baseline B from per-token log-probs (DESIGN.md §2).
+
+    ``reference_logp`` (log p under a third model that is neither A nor B, e.g. a second baseline seed): the
+    primary bins are then quantiles of the reference's loss ℓ_ref, which is independent of A's and B's own noise
+    — binning by (ℓ_A + ℓ_B)/2 correlates the bin with ℓ_B − ℓ_A whenever one model's per-token losses are noisier
+    — and the (ℓ_A + ℓ_B)/2 bins stay as a secondary table ``bins_mean_difficulty``. ``windows`` (the window each
+    token was scored in): every interval is a bootstrap over windows, not over tokens.
 
     Args:
         logp_a, logp_b: log p of the true next token at the same positions, under A and B.
@@ -229,7 +267,20 @@ def compare_token_scores(
         raise ValueError("log-probabilities must be finite (a model gave the true token probability 0)")
     dsym = delta_sym_from_logp(la_lp, lb_lp)
     gain = loss_b - loss_a
-    bins, edges = difficulty_bins(loss_a, loss_b, n_bins)
+    win = None
+    if windows is not None:
+        win = np.asarray(windows).reshape(-1)
+        if win.size != dsym.size:
+            raise ValueError(f"windows has {win.size} entries for {dsym.size} tokens")
+    if reference_logp is not None:
+        ref = -_to_numpy(reference_logp, "reference_logp")
+        if ref.shape != loss_a.shape:
+            raise ValueError(f"reference_logp has {ref.size} entries for {dsym.size} tokens")
+        bins, edges = quantile_bins(ref, n_bins)
+        how = "reference model's loss, quantile bins"
+    else:
+        bins, edges = difficulty_bins(loss_a, loss_b, n_bins)
+        how = "(loss_a + loss_b) / 2, quantile bins"
 
     result: dict[str, Any] = {
         "n_tokens": int(dsym.size),
@@ -237,11 +288,18 @@ def compare_token_scores(
         "ci_level": CI_LEVEL,
         "n_boot": int(n_boot),
         "seed": int(seed),
-        "difficulty": "(loss_a + loss_b) / 2, quantile bins",
+        "difficulty": how,
+        "bootstrap_unit": "window" if win is not None else "token",
         "edges": [float(e) for e in edges],
-        "overall": _summary(dsym, gain, loss_a, loss_b, n_boot, seed),
-        "bins": _per_bin(bins, edges, dsym, gain, loss_a, loss_b, n_boot, seed),
+        "overall": _summary(dsym, gain, loss_a, loss_b, n_boot, seed, win),
+        "bins": _per_bin(bins, edges, dsym, gain, loss_a, loss_b, n_boot, seed, win),
     }
+    if reference_logp is not None:
+        b2, e2 = difficulty_bins(loss_a, loss_b, n_bins)
+        result["bins_mean_difficulty"] = _per_bin(b2, e2, dsym, gain, loss_a, loss_b, n_boot, seed, win)
+        result["bins_mean_difficulty_caveat"] = (
+            "binned by (ℓ_A + ℓ_B)/2: this correlates the bin with ℓ_B − ℓ_A whenever one model's per-token losses "
+            "are noisier, so a trend across these bins can appear between models of equal mean loss")
     if sources is not None:
         src = np.asarray(sources).reshape(-1)
         if src.size != dsym.size:
@@ -252,8 +310,10 @@ def compare_token_scores(
             m = src == name
             s_seed = seed + 1000 * (j + 1)
             by_source[name] = {
-                "overall": _summary(dsym[m], gain[m], loss_a[m], loss_b[m], n_boot, s_seed),
-                "bins": _per_bin(bins[m], edges, dsym[m], gain[m], loss_a[m], loss_b[m], n_boot, s_seed),
+                "overall": _summary(dsym[m], gain[m], loss_a[m], loss_b[m], n_boot, s_seed,
+                                    None if win is None else win[m]),
+                "bins": _per_bin(bins[m], edges, dsym[m], gain[m], loss_a[m], loss_b[m], n_boot, s_seed,
+                                 None if win is None else win[m]),
             }
         result["by_source"] = by_source
     return result
@@ -499,10 +559,19 @@ def score_models(
 
 
 def summarize_scores(scores: TokenScores, n_bins: int = 5, by_source: bool = False, seed: int = 0,
-                     n_boot: int = 1000) -> dict:
-    """``compare_token_scores`` on ``scores`` plus the scoring ``setup`` (runs, checkpoints, data, seq_len)."""
+                     n_boot: int = 1000, reference: TokenScores | None = None, by_window: bool = False) -> dict:
+    """``compare_token_scores`` on ``scores`` plus the scoring ``setup`` (runs, checkpoints, data, seq_len).
+
+    ``reference``: scores whose ``logp_a`` is a third model's on the same positions (bins by its loss);
+    ``by_window``: bootstrap over the scored windows instead of tokens."""
+    ref = None
+    if reference is not None:
+        if not np.array_equal(reference.positions, scores.positions):
+            raise ValueError("the reference model was scored on other positions than A and B")
+        ref = reference.logp_a
     res = compare_token_scores(scores.logp_a, scores.logp_b, n_bins=n_bins,
-                               sources=scores.sources if by_source else None, seed=seed, n_boot=n_boot)
+                               sources=scores.sources if by_source else None, seed=seed, n_boot=n_boot,
+                               reference_logp=ref, windows=scores.window_starts if by_window else None)
     return {"setup": dict(scores.info), **res}
 
 
@@ -592,3 +661,95 @@ def top_contexts(
 
     order = np.argsort(-diff, kind="stable")
     return {"gains": pick(order), "losses": pick(order[::-1])}
+
+
+# ---- the written comparison (``smallinit compare``) ------------------------------------------------
+
+def _ci_text(stat: dict, fmt: str = "+.4f") -> str:
+    if stat["mean"] is None:
+        return "–"
+    lo, hi = stat["ci95"]
+    return f"{stat['mean']:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def bins_table(res: dict) -> str:
+    """Markdown table of one result block ({"overall", "bins"}) with the difficulty edges."""
+    lines = [
+        "| bin | difficulty (nats) | tokens | mean Δ_sym [95% CI] | mean ℓ_B − ℓ_A [95% CI] | ℓ_A | ℓ_B |",
+        "|---|---|---:|---|---|---:|---:|",
+    ]
+
+    def row(name: str, diff: str, r: dict) -> str:
+        la = "–" if r["loss_a"] is None else f"{r['loss_a']:.3f}"
+        lb = "–" if r["loss_b"] is None else f"{r['loss_b']:.3f}"
+        return f"| {name} | {diff} | {r['count']} | {_ci_text(r['delta_sym'])} | {_ci_text(r['loss_gain'])} | {la} | {lb} |"
+
+    for b in res["bins"]:
+        lo, hi = b["difficulty"]
+        lines.append(row(b["name"], f"{lo:.2f}–{hi:.2f}", b))
+    lines.append(row("**all**", "", res["overall"]))
+    return "\n".join(lines)
+
+
+def _md_cell(text: str, limit: int = 120) -> str:
+    t = text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "ˋ").replace("\r", "").replace("\n", "↵")
+    t = t.replace("\t", "→")
+    if len(t) > limit:
+        t = "…" + t[-limit:]
+    return t
+
+
+def contexts_markdown(top: dict, setup: dict) -> str:
+    """Two markdown tables: top gains and top losses of A against B, with the decoded context."""
+    out = [
+        "# Where A gains and loses most",
+        "",
+        f"A = `{setup['run_a']['path']}` (step {setup['run_a']['step']}), "
+        f"B = `{setup['run_b']['path']}` (step {setup['run_b']['step']}); data `{setup['data']}` (val), "
+        f"seq_len {setup['seq_len']}. Ranked by ℓ_B − ℓ_A (nats). The context is what precedes the target "
+        "in its window (↵ = newline); the target token is in **bold**.",
+    ]
+    for side, title in (("gains", "A gains most"), ("losses", "A loses most")):
+        out += ["", f"## {title}", "",
+                "| # | context → **target** | p_A | p_B | ℓ_B − ℓ_A | Δ_sym | source | position |",
+                "|---:|---|---:|---:|---:|---:|---|---:|"]
+        for i, e in enumerate(top[side], 1):
+            tgt = _md_cell(e["target"], 40) or "∅"
+            out.append(
+                f"| {i} | {_md_cell(e['context'])} → **{tgt}** | {e['p_a']:.3g} | {e['p_b']:.3g} | "
+                f"{e['loss_gain']:+.3f} | {e['delta_sym']:+.3f} | {e['source']} | {e['position']} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def write_comparison(run_a: str | Path, run_b: str | Path, out: str | Path, *, data_dir: str | Path | None = None,
+                     tokens: int = DEFAULT_TOKENS, n_bins: int = 5, by_source: bool = False,
+                     seq_len: int | None = None, batch_size: int = 8, bos: bool | None = None, device: str = "auto",
+                     n_boot: int = 1000, seed: int = 0, top: int = 10) -> dict:
+    """:func:`score_models` + :func:`summarize_scores` + :func:`top_contexts`, written into ``out``:
+    ``compare.json`` (the result), ``delta_by_bin.png``, ``scatter.png`` and ``contexts.md``. Returns the result."""
+    import json
+
+    from smallinit.data import TokenData
+    from smallinit.errors import ConfigError
+    from smallinit.figures import plot_delta_by_bin, plot_scatter
+    from smallinit.io import atomic_write_json, atomic_write_text, json_safe
+
+    for name, v in (("--bins", n_bins), ("--tokens", tokens), ("--n-boot", n_boot)):
+        if v < 1:
+            raise ConfigError(f"{name} must be >= 1, got {v}")
+    out = Path(out)
+    scores = score_models(run_a, run_b, data_dir=data_dir, tokens=tokens, seq_len=seq_len, batch_size=batch_size,
+                          bos=bos, device=device)
+    res = summarize_scores(scores, n_bins=n_bins, by_source=by_source, seed=seed, n_boot=n_boot)
+    td = TokenData(scores.info["data"])
+    res["top_contexts"] = top_contexts(scores, td.val, td.tokenizer, k=top, bos_text="⟨BOS⟩")
+    out.mkdir(parents=True, exist_ok=True)
+    res["files"] = {"delta_by_bin": "delta_by_bin.png", "scatter": "scatter.png", "contexts": "contexts.md"}
+    atomic_write_text(out / "contexts.md", contexts_markdown(res["top_contexts"], res["setup"]))
+    plot_delta_by_bin(res, out / "delta_by_bin.png")
+    res["scatter_points"] = plot_scatter(-scores.logp_a, -scores.logp_b, out / "scatter.png", seed=seed)
+    json.dumps(json_safe(res), allow_nan=False)  # fail before writing if anything is not serialisable
+    atomic_write_json(out / "compare.json", json_safe(res))
+    return res
+__all__ += ["bins_table", "contexts_markdown", "write_comparison"]

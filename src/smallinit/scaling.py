@@ -269,30 +269,10 @@ def config_value(config: dict[str, Any], key: str) -> Any:
 
 
 def _count_non_embedding(model_cfg: dict[str, Any]) -> int:
-    """Non-embedding parameters of the model a config describes (built on the meta device: no memory)."""
-    import torch
+    """Non-embedding parameters of the model a config describes (counted from the config: no weights built)."""
+    from smallinit.model import ModelConfig
 
-    from smallinit.model import ModelConfig, Transformer
-
-    cfg = ModelConfig.from_dict(model_cfg)
-    with torch.device("meta"):
-        return int(Transformer(cfg).num_params(non_embedding=True))
-
-
-def _last_val_loss(metrics: Any) -> tuple[float | None, int | None]:
-    import json
-
-    loss = step = None
-    if not metrics.is_file():
-        return None, None
-    for line in metrics.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("val_loss") is not None:
-            loss, step = float(rec["val_loss"]), rec.get("step")
-    return loss, step
+    return int(ModelConfig.from_dict(model_cfg).num_params(non_embedding=True))
 
 
 def runs_table(run_dirs: list[Any]) -> list[RunPoint]:
@@ -301,35 +281,22 @@ def runs_table(run_dirs: list[Any]) -> list[RunPoint]:
     Raises:
         RunDirError: a path is not a run directory (no config.yaml) or its config/summary is unreadable.
     """
-    import json
     from pathlib import Path
 
-    import yaml
-
     from smallinit.errors import RunDirError
+    from smallinit.rundir import last_val_loss, read_config, read_json
 
     out = []
     for rd in run_dirs:
         rd = Path(rd)
-        cfg_path = rd / "config.yaml"
-        if not cfg_path.is_file():
-            raise RunDirError(f"{rd}: not a run directory (no config.yaml)")
-        try:
-            config = yaml.safe_load(cfg_path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise RunDirError(f"{cfg_path}: not valid YAML ({str(e).splitlines()[0]})") from None
-        summary: dict[str, Any] = {}
-        if (rd / "summary.json").is_file():
-            try:
-                summary = json.loads((rd / "summary.json").read_text())
-            except ValueError:
-                raise RunDirError(f"{rd / 'summary.json'}: invalid JSON") from None
+        config = read_config(rd)
+        summary: dict[str, Any] = read_json(rd / "summary.json", strict=True) or {}
         note = ""
         loss = summary.get("final_val_loss")
         step = summary.get("step")
         completed = bool(summary.get("completed", False))
         if loss is None:
-            loss, step = _last_val_loss(rd / "metrics.jsonl")
+            loss, step = last_val_loss(rd)
             completed = False
             note = ("no summary.json (run incomplete?): " if not summary else "summary.json has no final_val_loss: ") + (
                 f"using the last val_loss in metrics.jsonl (step {step})" if loss is not None else "no val_loss found"
@@ -349,3 +316,159 @@ def runs_table(run_dirs: list[Any]) -> list[RunPoint]:
         out.append(RunPoint(run=str(rd), N=int(N), loss=None if loss is None else float(loss),
                             step=None if step is None else int(step), completed=completed, config=config, note=note))
     return out
+
+
+# ---- a family of runs (``smallinit scaling``) ---------------------------------------------------------
+
+def parse_baseline(text: str) -> tuple[str, Any]:
+    """``model.gamma=0.5`` → ("model.gamma", 0.5); the value is parsed like a config override (YAML)."""
+    from smallinit.errors import ConfigError
+    from smallinit.train.config import parse_value
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not raw.strip():
+        raise ConfigError(f"--baseline {text!r} must look like section.key=value, e.g. model.gamma=0.5")
+    return key, parse_value(raw.strip())
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Config values equal (numbers within a relative 1e-9; booleans only equal booleans)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+    return a == b
+
+
+def _fmt_n(n: float | None) -> str:
+    if n is None:
+        return "–"
+    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def analyse(points: list, key: str, value: Any, label_keys: list[str] | None = None) -> dict:
+    """Baseline fit and variant effective sizes from :class:`RunPoint` s (the scaling.json dict): the runs with
+    ``key`` == ``value`` are the baseline family, the others variants (grouped by ``label_keys``).
+
+    Raises ConfigError when a run lacks ``key``; ScalingError when no run is a baseline or the baseline
+    family has fewer than 3 distinct sizes with a finite loss.
+    """
+    from smallinit.errors import ConfigError
+    from smallinit.rundir import compared_diff
+
+    label_keys = label_keys or [key]
+    notes: list[str] = []
+    excluded: list[dict] = []
+    base, var = [], []
+    seen = []
+    for p in points:
+        try:
+            v = config_value(p.config, key)
+        except KeyError:
+            raise ConfigError(f"{p.run}: config has no key {key!r} (check the --baseline field name)") from None
+        seen.append(v)
+        if p.note:
+            notes.append(f"{p.run}: {p.note}")
+        if p.loss is None or not math.isfinite(p.loss):
+            excluded.append({"run": p.run, "reason": "no finite validation loss (diverged or never evaluated)"})
+            continue
+        (base if values_equal(v, value) else var).append(p)
+    if not base:
+        shown = ", ".join(sorted({repr(s) for s in seen}))
+        raise ScalingError(f"no run with a finite loss has {key} == {value!r} (values seen: {shown})")
+    try:
+        fit = fit_scaling_law([p.N for p in base], [p.loss for p in base])
+    except ScalingError as e:
+        raise ScalingError(f"baseline {key}={value!r}: {e}") from None
+    if fit.n_sizes == 3:
+        notes.append("the baseline has exactly 3 sizes: the 3-parameter law passes through them, so the residuals "
+                     "cannot test its form")
+
+    def label(p) -> str:
+        parts = []
+        for k in label_keys:
+            try:
+                parts.append(f"{k}={config_value(p.config, k)!r}")
+            except KeyError:
+                parts.append(f"{k}=?")
+        return ", ".join(parts)
+
+    def differs(p) -> dict[str, list[Any]] | None:
+        same = [b for b in base if b.N == p.N]
+        if not same:
+            return None
+        return {k: [a, b] for k, (a, b) in compared_diff(p.config, same[0].config).items()}
+
+    variants = []
+    for p in var:
+        es = effective_size(fit, p.N, p.loss)
+        row = {"run": p.run, "label": label(p), "N": p.N, "loss": p.loss, "baseline_loss_at_N": predict(fit, p.N),
+               "N_eff": es.N_eff, "gain": es.gain, "extrapolated": es.extrapolated, "note": es.note,
+               "step": p.step, "completed": p.completed, "differs_from_baseline": differs(p)}
+        variants.append(row)
+        if es.gain is None:
+            notes.append(f"{p.run}: {es.note}")
+    groups: dict[str, dict] = {}
+    for v in variants:
+        g = groups.setdefault(v["label"], {"runs": [], "gains": []})
+        g["runs"].append(v["run"])
+        g["gains"].append(v["gain"])
+    for g in groups.values():
+        defined = [x for x in g["gains"] if x is not None]
+        g["mean_gain"] = sum(defined) / len(defined) if defined and len(defined) == len(g["gains"]) else None
+        if defined and len(defined) < len(g["gains"]):
+            g["note"] = "some runs of this group have no defined gain (loss at or below E): no mean is given"
+
+    residuals = dict(zip([p.run for p in base], fit.residuals))
+    return {
+        "formula": "L(N) = E + A * N^(-alpha); N_eff = (A / (L_v - E))^(1/alpha); gain = N_eff / N - 1",
+        "N": "non-embedding parameters",
+        "baseline": {
+            "key": key,
+            "value": value,
+            "runs": [{"run": p.run, "N": p.N, "loss": p.loss, "fit_loss": predict(fit, p.N), "residual": residuals[p.run],
+                      "step": p.step, "completed": p.completed} for p in base],
+        },
+        "fit": fit.to_dict(),
+        "variants": variants,
+        "groups": groups,
+        "excluded": excluded,
+        "notes": notes,
+    }
+
+
+def report_text(res: dict) -> str:
+    """Plain-text summary: the fit, a markdown table of variants, the notes."""
+    f = res["fit"]
+    b = res["baseline"]
+    r2 = "n/a" if f["r2"] is None else f"{f['r2']:.4f}"
+    lines = [
+        f"baseline {b['key']}={b['value']!r}: {f['n_points']} runs at {f['n_sizes']} sizes "
+        f"({_fmt_n(f['N_range'][0])}–{_fmt_n(f['N_range'][1])} non-embedding params)",
+        f"fit L(N) = E + A·N^-α: E = {f['E']:.4f}, A = {f['A']:.4g}, α = {f['alpha']:.4f}; "
+        f"R² = {r2}, rmse = {f['rmse']:.2e}, residuals {', '.join(f'{x:+.1e}' for x in f['residuals'])}",
+        "",
+        "| run | variant | N | loss | baseline L(N) | N_eff | gain |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for v in res["variants"]:
+        gain = "–" if v["gain"] is None else f"{v['gain']:+.1%}" + (" (extrapolated)" if v["extrapolated"] else "")
+        lines.append(f"| {v['run']} | {v['label']} | {_fmt_n(v['N'])} | {v['loss']:.4f} | "
+                     f"{v['baseline_loss_at_N']:.4f} | {_fmt_n(v['N_eff'])} | {gain} |")
+    if not res["variants"]:
+        lines.append("| (no variant runs) | | | | | | |")
+    for name, g in res["groups"].items():
+        if g["mean_gain"] is not None:
+            lines.append(f"\nmean gain of {name}: {g['mean_gain']:+.1%} over {len(g['runs'])} run(s)")
+    for e in res["excluded"]:
+        lines.append(f"excluded {e['run']}: {e['reason']}")
+    for n in res["notes"]:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
+
+
+__all__ += ["analyse", "parse_baseline", "report_text", "values_equal"]

@@ -46,7 +46,7 @@ def reference(token_dir, tmp_path_factory):
     rd = tmp_path_factory.mktemp("sweepref") / "run"
     from smallinit.train.config import config_from_dict
 
-    cfg = config_from_dict(spec.runs[1].config)
+    cfg = config_from_dict(spec.runs[1].config.to_dict())
     cfg.train.progress = False
     train(cfg, rd)
     return {"losses": losses(rd), "weights": weights(rd)}

@@ -32,28 +32,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    import typing
-
     from smallinit.errors import ConfigError
     from smallinit.experiments.anchor import ANSWER_KINDS, AnchorConfig, train_anchor
-    from smallinit.train.config import _coerce, parse_value
+    from smallinit.train.config import parse_value
 
-    hints = typing.get_type_hints(AnchorConfig)
-    fields = {f.name for f in dataclasses.fields(AnchorConfig)}
     kw = {}
     for item in args.set:
         if "=" not in item:
             raise ConfigError(f"--set {item!r} must look like key=value")
         k, _, v = item.partition("=")
-        k = k.strip()
-        if k not in fields:
-            raise ConfigError(f"--set: unknown anchor setting {k!r}; known: {', '.join(sorted(fields))}")
-        kw[k] = _coerce(k, parse_value(v), hints[k])
+        kw[k.strip()] = parse_value(v)
     for k in ("gamma", "steps", "seed", "lr"):
         if getattr(args, k) is not None:
             kw[k] = getattr(args, k)
-    cfg = AnchorConfig(**kw)
+    cfg = AnchorConfig.from_dict(kw)
     log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
     r = train_anchor(cfg, args.out, log=log)
     f = r["final"]

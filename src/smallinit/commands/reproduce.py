@@ -1,4 +1,5 @@
-"""smallinit reproduce --preset demo|cpu|gpu --out DIR [--corpus PREPARED_DIR] [--seeds K] [--dry-run]"""
+"""smallinit reproduce --preset demo|cpu|gpu --out DIR [--corpus PREPARED_DIR] [--seeds K] [--dry-run]: a thin layer
+over :func:`smallinit.experiments.reproduce.reproduce` (presets: :mod:`smallinit.experiments.presets`)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
-    # a hidden "test" preset (fixture-sized) also exists, for the test suite
     p.add_argument("--preset", required=True, metavar="{demo,cpu,gpu}", help="budget and scope (see below)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (runs, report.md, index.html, claims.json)")
     p.add_argument("--corpus", metavar="PREPARED_DIR", help="prepared data directory (prepared from builtin:stdlib if missing)")

@@ -35,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from smallinit.errors import ConfigError
-    from smallinit.experiments.sweep import (fmt_seconds, load_sweep, measure_gflops, model_cost, run_state,
-                                             run_sweep)
+    from smallinit.experiments.cost import fmt_seconds, measure_gflops, model_cost
+    from smallinit.experiments.sweep import load_sweep, run_sweep
+    from smallinit.rundir import run_state
 
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")

@@ -106,6 +106,29 @@ class AnchorConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AnchorConfig":
+        """A validated AnchorConfig from plain data (a job file, ``--set`` values): unknown keys and values of the
+        wrong type are a ConfigError; an integer is accepted where a float is expected."""
+        import typing
+
+        hints = typing.get_type_hints(cls)
+        kw: dict[str, Any] = {}
+        for k, v in d.items():
+            if k not in hints:
+                raise ConfigError(f"unknown anchor setting {k!r}; known: {', '.join(sorted(hints))}")
+            tp = hints[k]
+            if tp is float and isinstance(v, int) and not isinstance(v, bool):
+                v = float(v)
+            ok = (isinstance(v, list) and all(isinstance(p, list) for p in v)) if k == "held_out" else (
+                isinstance(v, tp) and not (tp is not bool and isinstance(v, bool)))
+            if not ok:
+                raise ConfigError(f"anchor setting {k}: expected {getattr(tp, '__name__', tp)}, got {v!r}")
+            kw[k] = v
+        cfg = cls(**kw)
+        cfg.validate()
+        return cfg
+
 
 def target_of(key: int | torch.Tensor, a1: int | torch.Tensor, a2: int | torch.Tensor):
     """y = x + s(a1) + s(a2) (works on ints and on int tensors)."""
@@ -320,13 +343,12 @@ def _record(step: int, loss: float | None, lr: float, ev: dict[str, Any], t0: fl
 
 def anchor_flops(cfg: AnchorConfig) -> float:
     """Approximate training FLOPs of a run (6·N per token over the sequence, plus evaluations)."""
-    from smallinit.experiments.sweep import _meta_model
     from smallinit.model import ModelConfig
 
     mc = ModelConfig(vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
                      d_ff=cfg.d_ff, max_seq_len=cfg.seq_len, norm_eps=cfg.norm_eps, gate=cfg.gate, gamma=cfg.gamma,
                      tie_embeddings=False)
-    fpt = _meta_model(mc).flops_per_token(cfg.seq_len)
+    fpt = mc.flops_per_token(cfg.seq_len)  # counted from the config: no weights built
     train = fpt * cfg.steps * cfg.batch_size * cfg.seq_len
     evals = (cfg.steps // cfg.eval_every + 2) * 3 * cfg.n_test * cfg.seq_len * fpt / 3
     return train + evals

@@ -1,8 +1,11 @@
-"""The reproduction report: ``report.md``, a self-contained ``index.html`` and PNG plots beside them.
+"""The reproduction report: ``report.md`` and a self-contained ``index.html``, rendered from what the claims
+returned (their results as in ``claims.json``: verdict, effects, tables, plot file names, notes, runs) and the
+run-level tables (learning-rate selection, regime, timings, plan).
 
-The report is built once as a list of blocks (heading, paragraph, table, image) and rendered twice, to
-Markdown and to HTML, so both always say the same. Every plot function writes ``OUT/<name>.png`` and
-returns the file name (relative, as the report references it), or None when there is nothing to draw.
+The report is built once as a list of blocks — ("h1"|"h2"|"h3", text[, anchor]), ("p", text), ("verdict", v),
+("pre", text), ("table", columns, rows), ("img", file, caption), ("list", items) — and rendered twice, to
+Markdown (:func:`render_md`) and to HTML (:func:`render_html`, through :func:`smallinit.figures.html_page`), so
+both always say the same. Nothing here computes a number or draws a figure.
 """
 
 from __future__ import annotations
@@ -13,370 +16,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from smallinit.experiments.sweep import fmt_seconds, read_jsonl, summarize_probe_record
+from smallinit.experiments.claims.rules import RULE
+from smallinit.experiments.cost import fmt_seconds
+from smallinit.experiments.presets import PAPER_REGIME
+from smallinit.figures import html_page
+from smallinit.io import atomic_write_text
 
 VERDICT_COLORS = {"supported": "#1a7f37", "not supported": "#cf222e", "inconclusive": "#9a6700",
                   "not run in this preset": "#6e7781"}
 
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, out: Path, name: str) -> str:
-    from smallinit.io import atomic_write_bytes
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    _plt().close(fig)
-    atomic_write_bytes(Path(out) / name, buf.getvalue())
-    return name
-
-
-# ---- plots ------------------------------------------------------------------------------------------------
-
-def plot_loss_curves(out: Path, name: str, groups: dict[str, list[Path]], title: str = "") -> str | None:
-    """Validation loss (solid) and training loss (faint) vs tokens, one colour per group, one line per seed."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    drawn = False
-    for i, (label, runs) in enumerate(groups.items()):
-        color = f"C{i}"
-        for j, rd in enumerate(runs):
-            m = read_jsonl(Path(rd) / "metrics.jsonl")
-            tr = [(r["tokens"], r["loss"]) for r in m if r.get("loss") is not None]
-            va = [(r["tokens"], r["val_loss"]) for r in m if r.get("val_loss") is not None]
-            if tr:
-                ax.plot(*zip(*tr), color=color, alpha=0.25, lw=0.8)
-            if va:
-                ax.plot(*zip(*va), color=color, marker="o", ms=3, label=label if j == 0 else None)
-                drawn = True
-    if not drawn:
-        plt.close(fig)
-        return None
-    ax.set_xlabel("tokens")
-    ax.set_ylabel("loss (val: markers; train: faint)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return _save(fig, out, name)
-
-
-def plot_advantage(out: Path, name: str, adv: dict[str, dict[float, Any]], title: str = "") -> str | None:
-    """Advantage of γ = 1 (loss(γ=0.5) − loss(γ=1)) vs non-embedding parameters, with and without the fixes."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    drawn = False
-    for i, (setting, label) in enumerate((("nofix", "without fixes (ε=1e-5, no gate)"),
-                                          ("fix", "with fixes (ε=1e-12, gate)"))):
-        pts = sorted((n, e) for n, e in adv.get(setting, {}).items() if e.value is not None)
-        if not pts:
-            continue
-        xs = [n for n, _ in pts]
-        ys = [e.value for _, e in pts]
-        err = [((e.hi - e.lo) / 2 if e.lo is not None else 0) for _, e in pts]
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label, color=f"C{i}")
-        drawn = True
-    if not drawn:
-        plt.close(fig)
-        return None
-    ax.axhline(0, color="k", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("non-embedding parameters")
-    ax.set_ylabel("loss(γ=0.5) − loss(γ=1)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return _save(fig, out, name)
-
-
-def plot_probe_series(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], key: str, ylabel: str,
-                      title: str = "") -> str | None:
-    """One summarized probe value (see ``summarize_probe_record``) vs step, one line per run."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    drawn = False
-    for i, (label, recs) in enumerate(groups.items()):
-        pts = [(r["step"], summarize_probe_record(r).get(key)) for r in recs]
-        pts = [(s, v) for s, v in pts if v is not None]
-        if pts:
-            ax.plot(*zip(*pts), marker=".", label=label, color=f"C{i}")
-            drawn = True
-    if not drawn:
-        plt.close(fig)
-        return None
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return _save(fig, out, name)
-
-
-def plot_sinks(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], title: str = "") -> str | None:
-    """Left: first-token attention share per layer at the end of training; right: its layer mean vs step.
-    The dashed line is uniform causal attention."""
-    plt = _plt()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    drawn, uni = False, None
-    width = 0.8 / max(1, len(groups))
-    for i, (label, recs) in enumerate(groups.items()):
-        if not recs:
-            continue
-        uni = recs[-1].get("uniform_sink", uni)
-        last = [l.get("sink") for l in recs[-1].get("layers") or []]
-        xs = np.arange(len(last)) + i * width
-        a1.bar(xs, [v if v is not None else 0 for v in last], width=width, label=label, color=f"C{i}")
-        pts = [(r["step"], summarize_probe_record(r).get("sink")) for r in recs]
-        pts = [(s, v) for s, v in pts if v is not None]
-        if pts:
-            a2.plot(*zip(*pts), marker=".", label=label, color=f"C{i}")
-        drawn = True
-    if not drawn:
-        plt.close(fig)
-        return None
-    for ax in (a1, a2):
-        if uni:
-            ax.axhline(uni, ls="--", color="gray", lw=1, label="uniform attention")
-        ax.grid(alpha=0.3)
-    a1.set_xlabel("layer")
-    a1.set_ylabel("attention on position 0 (final)")
-    a2.set_xlabel("step")
-    a2.set_ylabel("mean over layers")
-    a1.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    return _save(fig, out, name)
-
-
-def plot_gamma(out: Path, name: str, losses: dict[float, list[float]], title: str = "") -> str | None:
-    plt = _plt()
-    pts = sorted((g, float(np.mean(v))) for g, v in losses.items() if v and all(math.isfinite(x) for x in v))
-    if not pts:
-        return None
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    ax.plot(*zip(*pts), marker="o")
-    for g, v in losses.items():
-        for x in v:
-            if math.isfinite(x):
-                ax.plot([g], [x], "k.", ms=3)
-    bad = [g for g, v in losses.items() if not v or not all(math.isfinite(x) for x in v)]
-    for g in bad:
-        ax.axvline(g, color="C3", ls=":", lw=1)
-    ax.axvline(1.0, color="gray", ls="--", lw=0.8)
-    ax.set_xlabel("γ (σ = d_in^−γ)" + (" — dotted: diverged/failed" if bad else ""))
-    ax.set_ylabel("final val loss")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    return _save(fig, out, name)
-
-
-def plot_srank(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], title: str = "") -> str | None:
-    """Stable rank divided by its value at step 0, averaged over block matrices (thick) and per matrix type
-    (thin), vs step."""
-    from smallinit.probes.training import matrix_kind
-
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    drawn = False
-    for i, (label, recs) in enumerate(groups.items()):
-        if not recs:
-            continue
-        first = {k: v.get("srank") for k, v in (recs[0].get("matrices") or {}).items() if k.startswith("blocks.")}
-        steps, mean, kinds = [], [], {}
-        for r in recs:
-            rel = {k: v["srank"] / first[k] for k, v in (r.get("matrices") or {}).items()
-                   if k in first and first[k] and v.get("srank") is not None}
-            if not rel:
-                continue
-            steps.append(r["step"])
-            mean.append(float(np.mean(list(rel.values()))))
-            for k, v in rel.items():
-                kinds.setdefault(matrix_kind(k), {}).setdefault(r["step"], []).append(v)
-        if not steps:
-            continue
-        ax.plot(steps, mean, color=f"C{i}", lw=2.2, label=f"{label} (mean)")
-        for kind, by_step in kinds.items():
-            ss = sorted(by_step)
-            ax.plot(ss, [np.mean(by_step[s]) for s in ss], color=f"C{i}", lw=0.7, alpha=0.45)
-        drawn = True
-    if not drawn:
-        plt.close(fig)
-        return None
-    ax.set_xlabel("step")
-    ax.set_ylabel("stable rank / stable rank at init")
-    ax.set_title(title + "\n(thin lines: one matrix type each)", fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return _save(fig, out, name)
-
-
-def plot_heatmaps(out: Path, name: str, groups: dict[str, list[Path]], max_cols: int = 5) -> str | None:
-    """Row-cosine heatmaps of the first saved matrix at log-spaced steps, one row of panels per run
-    (rows ordered by their projection on the leading singular vector, so aligned rows form blocks)."""
-    from smallinit.probes.training import read_heatmaps
-
-    plt = _plt()
-    maps = {}
-    for label, runs in groups.items():
-        if runs:
-            h = read_heatmaps(runs[0])
-            if h:
-                maps[label] = h
-    if not maps:
-        return None
-    matrix = sorted(next(iter(next(iter(maps.values())).values())).keys())[0]
-    steps_all = sorted(set.intersection(*[set(h) for h in maps.values()]))
-    if not steps_all:
-        return None
-    pick = sorted({steps_all[int(round(i))] for i in np.linspace(0, len(steps_all) - 1, min(max_cols, len(steps_all)))})
-    fig, axes = plt.subplots(len(maps), len(pick), figsize=(2.2 * len(pick), 2.3 * len(maps)), squeeze=False)
-    im = None
-    for r, (label, h) in enumerate(maps.items()):
-        for c, s in enumerate(pick):
-            ax = axes[r][c]
-            d = h[s].get(matrix)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if d is None:
-                continue
-            o = d["order"]
-            cos = d["cos"].astype(np.float32)[np.ix_(o, o)]
-            im = ax.imshow(cos, vmin=-1, vmax=1, cmap="RdBu_r", interpolation="nearest")
-            if r == 0:
-                ax.set_title(f"step {s}", fontsize=8)
-            if c == 0:
-                ax.set_ylabel(label, fontsize=9)
-    fig.suptitle(f"row cosine similarity of {matrix}", fontsize=10)
-    if im is not None:
-        fig.colorbar(im, ax=axes, shrink=0.7)
-    return _save(fig, out, name)
-
-
-def plot_bins(out: Path, name: str, bins: list[dict[str, Any]], title: str = "") -> str | None:
-    plt = _plt()
-    rows = [b for b in bins if (b.get("delta_sym") or {}).get("mean") is not None]
-    if not rows:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    means = [b["delta_sym"]["mean"] for b in rows]
-    lo = [b["delta_sym"]["mean"] - b["delta_sym"]["ci95"][0] for b in rows]
-    hi = [b["delta_sym"]["ci95"][1] - b["delta_sym"]["mean"] for b in rows]
-    ax.bar([b["name"] for b in rows], means, yerr=[lo, hi], capsize=4,
-           color=["C2" if m > 0 else "C3" for m in means])
-    ax.axhline(0, color="k", lw=0.8)
-    ax.set_ylabel("mean Δ_sym (> 0: variant better)")
-    ax.set_xlabel("token difficulty (quantile bins of mean loss)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, axis="y")
-    return _save(fig, out, name)
-
-
-def plot_scaling(out: Path, name: str, base: list[tuple[float, float]], variant: list[tuple], fit: dict | None,
-                 title: str = "") -> str | None:
-    plt = _plt()
-    if not base:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(*zip(*sorted(base)), "o", color="C0", label="baseline")
-    if variant:
-        ax.plot([v[0] for v in variant], [v[1] for v in variant], "s", color="C1", label="paper setting")
-    if fit and fit.get("A") is not None:
-        ns = np.geomspace(min(n for n, _ in base) / 2, max(n for n, _ in base) * 4, 100)
-        ax.plot(ns, fit["E"] + fit["A"] * ns ** (-fit["alpha"]), color="C0", lw=1,
-                label=f"fit E={fit['E']:.3g}, α={fit['alpha']:.3g}")
-    ax.set_xscale("log")
-    ax.set_xlabel("non-embedding parameters N")
-    ax.set_ylabel("final val loss")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return _save(fig, out, name)
-
-
-def plot_anchor_curves(out: Path, name: str, groups: dict[str, list[dict[str, Any]]]) -> str | None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    drawn = False
-    for i, (label, results) in enumerate(groups.items()):
-        for j, r in enumerate(results):
-            h = r.get("history") or []
-            if not h:
-                continue
-            st = [x["step"] for x in h]
-            ax.plot(st, [x["heldout_acc"] for x in h], color=f"C{i}", lw=2, label=f"{label} held-out" if j == 0 else None)
-            ax.plot(st, [x["in_acc"] for x in h], color=f"C{i}", lw=1, ls="--",
-                    label=f"{label} in-distribution" if j == 0 else None)
-            drawn = True
-    if not drawn:
-        plt.close(fig)
-        return None
-    ax.set_xlabel("step")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title("Claim 9: anchor task accuracy (held-out pairs (3,4), (4,3))", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return _save(fig, out, name)
-
-
-def plot_anchor_answers(out: Path, name: str, groups: dict[str, list[dict[str, Any]]]) -> str | None:
-    from smallinit.experiments.anchor import ANSWER_KINDS
-
-    plt = _plt()
-    labels, fracs = [], []
-    for label, results in groups.items():
-        for s, r in enumerate(results):
-            labels.append(f"{label} s{s}")
-            fracs.append([r["final"]["answers"].get(k, 0.0) for k in ANSWER_KINDS])
-    if not labels:
-        return None
-    fig, ax = plt.subplots(figsize=(6.4, 0.6 * len(labels) + 1.6))
-    left = np.zeros(len(labels))
-    arr = np.asarray(fracs)
-    for k, kind in enumerate(ANSWER_KINDS):
-        ax.barh(labels, arr[:, k], left=left, label=kind, color=f"C{k}")
-        left += arr[:, k]
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("share of held-out answers")
-    ax.set_title("Claim 9: what the models answer on held-out pairs", fontsize=10)
-    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
-    return _save(fig, out, name)
-
-
-def plot_lr_sweep(out: Path, name: str, lr_tables: dict[str, dict[str, Any]]) -> str | None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    drawn = False
-    for i, (key, t) in enumerate(lr_tables.items()):
-        if key.startswith("anchor"):
-            continue
-        pts = [(r["lr"], r["tune_loss"] if r["tune_loss"] is not None else r["val_loss"]) for r in t["rows"]]
-        pts = [(a, b) for a, b in pts if b is not None and math.isfinite(b)]
-        if len(pts) < 2:
-            continue
-        ax.plot(*zip(*pts), marker="o", lw=1, label=key, color=f"C{i % 10}", ls="-" if i < 10 else "--")
-        drawn = True
-    if not drawn:
-        plt.close(fig)
-        return None
-    ax.set_xscale("log")
-    ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("final tune_loss")
-    ax.set_title("learning-rate sweep (each arm keeps its minimum)", fontsize=10)
-    ax.legend(fontsize=6, ncol=2)
-    ax.grid(alpha=0.3)
-    return _save(fig, out, name)
-
-
-# ---- blocks → markdown / html ---------------------------------------------------------------------------
 
 def _md_cell(x: Any) -> str:
     return str(x).replace("|", "\\|").replace("\n", " ")
@@ -412,26 +60,13 @@ def render_md(blocks: list[tuple]) -> str:
     return "\n".join(out) + "\n"
 
 
-CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1050px;margin:2em auto;padding:0 1em;
-color:#1f2328;line-height:1.45}
-h1{border-bottom:1px solid #d0d7de;padding-bottom:.3em}h2{margin-top:2em;border-bottom:1px solid #eaeef2}
-table{border-collapse:collapse;margin:.8em 0;font-size:.88em}th,td{border:1px solid #d0d7de;padding:.3em .6em;
-text-align:left}th{background:#f6f8fa}tr:nth-child(even) td{background:#fbfcfd}
-.verdict{display:inline-block;padding:.15em .6em;border-radius:1em;color:#fff;font-weight:600;font-size:.9em}
-img{max-width:100%;border:1px solid #eaeef2;margin:.5em 0}pre{background:#f6f8fa;padding:.8em;overflow-x:auto;
-font-size:.8em}figure{margin:.6em 0}figcaption{font-size:.85em;color:#57606a}
-"""
-
-
 def _badge(v: str) -> str:
     return f'<span class="verdict" style="background:{VERDICT_COLORS.get(v, "#6e7781")}">{html.escape(v)}</span>'
 
 
 def render_html(blocks: list[tuple], title: str) -> str:
     e = html.escape
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>{e(title)}</title><style>{CSS}</style></head><body>"]
+    out = []
     for b in blocks:
         kind = b[0]
         if kind in ("h1", "h2", "h3"):
@@ -457,8 +92,7 @@ def render_html(blocks: list[tuple], title: str) -> str:
             out.append(f'<figure><img src="{e(b[1])}" alt="{e(b[2])}"><figcaption>{e(b[2])}</figcaption></figure>')
         elif kind == "list":
             out.append("<ul>" + "".join(f"<li>{e(str(x))}</li>" for x in b[1]) + "</ul>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    return html_page(title, out)
 
 
 def _effect_rows(effects: list[dict[str, Any]]) -> list[list[str]]:
@@ -474,9 +108,6 @@ def _effect_rows(effects: list[dict[str, Any]]) -> list[list[str]]:
 def build_blocks(*, preset, claims: list[dict[str, Any]], lr_tables: dict[str, dict[str, Any]],
                  regime: list[dict[str, Any]], corpus: dict[str, Any], timings: dict[str, float], plan_text: str,
                  lr_plot: str | None) -> list[tuple]:
-    from smallinit.experiments.claims import RULE
-    from smallinit.experiments.reproduce import PAPER_REGIME
-
     B: list[tuple] = [("h1", f"smallinit reproduction — preset {preset.name}")]
     B.append(("p", f"Small Initialization Matters for Large Language Models (Hang et al., 2026): every claim tested at "
                    f"the scale of this preset ({preset.description}; budget {preset.budget}). Generated "
@@ -494,7 +125,7 @@ def build_blocks(*, preset, claims: list[dict[str, Any]], lr_tables: dict[str, d
         rows.append([c["id"], c["claim"], c["verdict"], main])
     B.append(("table", ["#", "claim", "verdict", "deciding effect [interval]"], rows))
     B.append(("p", f"Verdict rule (computed, never hand-written): {RULE} Multi-part claims need every part; "
-                   "see smallinit/experiments/claims.py."))
+                   "each claim's rule is judge() in its module under smallinit/experiments/claims/."))
     for c in claims:
         B.append(("h2", f"Claim {c['id']}: {c['claim']}", f"claim{c['id']}"))
         B.append(("verdict", c["verdict"]))
@@ -574,18 +205,15 @@ def _m(x: Any) -> str:
 
 
 def write_report(out: str | Path, *, preset, claims: list[dict[str, Any]], lr_tables: dict[str, dict[str, Any]],
-                 regime: list[dict[str, Any]], corpus: dict[str, Any], timings: dict[str, float], plan_text: str) -> None:
-    """Write OUT/report.md and OUT/index.html (images are the PNGs the claims reference, plus the LR sweep)."""
-    from smallinit.io import atomic_write_text
-
+                 regime: list[dict[str, Any]], corpus: dict[str, Any], timings: dict[str, float], plan_text: str,
+                 lr_plot: str | None = None) -> None:
+    """Write OUT/report.md and OUT/index.html from the same blocks (images: the PNGs the claims reference and
+    ``lr_plot``, all already in OUT)."""
     out = Path(out)
-    lr_plot = plot_lr_sweep(out, "lr_sweep.png", lr_tables) if len(preset.lrs) > 1 else None
     blocks = build_blocks(preset=preset, claims=claims, lr_tables=lr_tables, regime=regime, corpus=corpus,
                           timings=timings, plan_text=plan_text, lr_plot=lr_plot)
     atomic_write_text(out / "report.md", render_md(blocks))
     atomic_write_text(out / "index.html", render_html(blocks, f"smallinit reproduction — {preset.name}"))
 
 
-__all__ = ["build_blocks", "plot_advantage", "plot_anchor_answers", "plot_anchor_curves", "plot_bins", "plot_gamma",
-           "plot_heatmaps", "plot_loss_curves", "plot_lr_sweep", "plot_probe_series", "plot_scaling", "plot_sinks",
-           "plot_srank", "render_html", "render_md", "write_report"]
+__all__ = ["VERDICT_COLORS", "build_blocks", "deciding_effect", "render_html", "render_md", "write_report"]

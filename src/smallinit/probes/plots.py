@@ -28,64 +28,22 @@ import html
 import json
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from smallinit.errors import RunDirError
+from smallinit.figures import color as _color
+from smallinit.figures import margins as _margins
+from smallinit.figures import panel_grid as _grid
+from smallinit.figures import pyplot as _plt
+from smallinit.figures import save_png, write_html
+from smallinit.rundir import RunData, compared_diff, config_get, load_run
 
-# config keys that never explain a difference between runs
-IGNORED_DIFF_KEYS = ("train.progress", "train.tensorboard", "train.keep_ckpts", "train.threads", "train.device")
 MAX_HEATMAP_COLUMNS = 10
 
 __all__ = ["RunData", "load_run", "make_report", "run_labels", "summary_numbers"]
-
-
-@dataclass(eq=False)
-class RunData:
-    """What the plots read from one run directory."""
-
-    path: Path
-    config: dict[str, Any]
-    metrics: list[dict[str, Any]]
-    probes: list[dict[str, Any]]
-    heatmaps: dict[int, dict[str, dict[str, np.ndarray]]] = field(default_factory=dict)
-    label: str = ""
-
-    @property
-    def name(self) -> str:
-        return self.path.name or str(self.path)
-
-
-def load_run(run_dir: str | os.PathLike) -> RunData:
-    """Read ``config.yaml``, ``metrics.jsonl``, ``probes.jsonl`` and ``heatmaps/`` of a run directory.
-
-    Records are sorted by step, keeping the last record of a repeated step (a resumed run)."""
-    import yaml
-
-    from smallinit.io import read_jsonl
-    from smallinit.probes.training import PROBES_FILE, read_heatmaps
-
-    p = Path(run_dir)
-    cfg_path = p / "config.yaml"
-    if not cfg_path.is_file():
-        raise RunDirError(f"{p}: not a run directory (no config.yaml)")
-    try:
-        config = yaml.safe_load(cfg_path.read_text()) or {}
-    except yaml.YAMLError:
-        raise RunDirError(f"{cfg_path}: not valid YAML") from None
-
-    def by_step(recs):
-        d = {}
-        for r in recs:
-            if isinstance(r.get("step"), int):
-                d[r["step"]] = r
-        return [d[k] for k in sorted(d)]
-
-    return RunData(p, config, by_step(read_jsonl(p / "metrics.jsonl")), by_step(read_jsonl(p / PROBES_FILE)),
-                   read_heatmaps(p))
 
 
 def _fmt(v: Any) -> str:
@@ -96,6 +54,14 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _differing_keys(configs: list[dict[str, Any]]) -> list[str]:
+    """Dotted config keys whose values differ among the runs (the ignored keys of smallinit.rundir left out)."""
+    keys: set[str] = set()
+    for c in configs[1:]:
+        keys |= set(compared_diff(configs[0], c))
+    return sorted(keys)
+
+
 def run_labels(configs: list[dict[str, Any]], names: list[str] | None = None) -> list[str]:
     """One label per run from the config keys whose values differ among the runs, e.g. ``gamma=0.5, gate=none``.
 
@@ -103,23 +69,11 @@ def run_labels(configs: list[dict[str, Any]], names: list[str] | None = None) ->
     Runs with identical configs (or a single run) are labelled by ``names``; repeated labels get the
     name appended.
     """
-    from smallinit.train.config import config_diff
-
     names = names or [f"run{i}" for i in range(len(configs))]
-    keys: set[str] = set()
-    for c in configs[1:]:
-        keys |= set(config_diff(configs[0], c))
-    keys = sorted(k for k in keys if k not in IGNORED_DIFF_KEYS)
+    keys = _differing_keys(configs)
     last = [k.rsplit(".", 1)[-1] for k in keys]
     short = {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
-
-    def get(c: dict, key: str):
-        node: Any = c
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        return node
-
-    labels = [", ".join(f"{short[k]}={_fmt(get(c, k))}" for k in keys) or n for c, n in zip(configs, names)]
+    labels = [", ".join(f"{short[k]}={_fmt(config_get(c, k))}" for k in keys) or n for c, n in zip(configs, names)]
     return [f"{l} ({n})" if labels.count(l) > 1 and l != n else l for l, n in zip(labels, names)]
 
 
@@ -165,45 +119,8 @@ def summary_numbers(run: RunData, matrix: str = "blocks.0.attn.q") -> dict[str, 
 
 # ---- figures ---------------------------------------------------------------------------------------
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _color(i: int):
-    import matplotlib
-
-    return matplotlib.colormaps["tab10"](i % 10)
-
-
-def _grid(n: int, ncols: int = 4, w: float = 3.6, h: float = 2.8):
-    plt = _plt()
-    ncols = max(1, min(ncols, n))
-    nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    return fig, list(axes.flat[:n])
-
-
-def _margins(fig, top: float = 0.75, bottom: float = 0.5, left: float = 0.6, right: float = 0.2,
-             hspace: float = 0.6, wspace: float = 0.3) -> None:
-    """Fixed margins in inches (cheaper than tight_layout, which costs a full draw per call)."""
-    w, h = fig.get_size_inches()
-    fig.subplots_adjust(left=left / w, right=1 - right / w, top=1 - top / h, bottom=bottom / h,
-                        hspace=hspace, wspace=wspace)
-
-
 def _write(fig, path: Path) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=90)
-    _plt().close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_png(fig, path, dpi=90, tight=False)
 
 
 def _save_with_legend(fig, runs: list[RunData], path: Path) -> Path:
@@ -534,33 +451,16 @@ def _num(v: Any, digits: int = 4) -> str:
 def write_index(out: Path, runs: list[RunData], figures: list[tuple[str, Path]]) -> Path:
     """``index.html``: the runs, their config differences, headline numbers and every figure
     (``<img src>`` relative to ``out``)."""
-    from smallinit.io import atomic_write_text
-    from smallinit.train.config import config_diff
-
-    keys: set[str] = set()
-    for r in runs[1:]:
-        keys |= set(config_diff(runs[0].config, r.config))
-    keys = sorted(k for k in keys if k not in IGNORED_DIFF_KEYS)
-
-    def get(c, key):
-        for part in key.split("."):
-            c = c.get(part) if isinstance(c, dict) else None
-        return c
-
+    keys = _differing_keys([r.config for r in runs])
     e = html.escape
-    parts = ["<!doctype html>", "<html><head><meta charset='utf-8'><title>smallinit runs</title>",
-             "<style>body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;"
-             "margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}"
-             "img{max-width:100%;border:1px solid #ddd;margin:0.3em 0 1.5em}h2{margin-top:1.2em}"
-             ".sw{display:inline-block;width:12px;height:12px;margin-right:6px}</style></head><body>",
-             "<h1>smallinit: training runs and probes</h1>", "<h2>Runs</h2><table><tr><th>label</th><th>path</th>"
+    parts = ["<h1>smallinit: training runs and probes</h1>", "<h2>Runs</h2><table><tr><th>label</th><th>path</th>"
              + "".join(f"<th>{e(k)}</th>" for k in keys)
              + "<th>steps</th><th>final loss</th><th>final val loss</th></tr>"]
     nums = [summary_numbers(r) for r in runs]
     for i, (r, n) in enumerate(zip(runs, nums)):
         rgb = "#%02x%02x%02x" % tuple(int(255 * c) for c in _color(i)[:3])
         parts.append(f"<tr><td><span class='sw' style='background:{rgb}'></span>{e(r.label)}</td>"
-                     f"<td>{e(str(r.path))}</td>" + "".join(f"<td>{e(_fmt(get(r.config, k)))}</td>" for k in keys)
+                     f"<td>{e(str(r.path))}</td>" + "".join(f"<td>{e(_fmt(config_get(r.config, k)))}</td>" for k in keys)
                      + f"<td>{_num(n.get('steps'))}</td><td>{_num(n.get('final_loss'))}</td>"
                      f"<td>{_num(n.get('final_val_loss'))}</td></tr>")
     parts.append("</table>")
@@ -584,10 +484,7 @@ def write_index(out: Path, runs: list[RunData], figures: list[tuple[str, Path]])
     for title, path in figures:
         rel = os.path.relpath(path, out)
         parts.append(f"<h2>{e(title)}</h2><img src='{e(rel)}' alt='{e(title)}'>")
-    parts.append("</body></html>")
-    path = out / "index.html"
-    atomic_write_text(path, "\n".join(parts) + "\n")
-    return path
+    return write_html(out / "index.html", "smallinit runs", parts)
 
 
 def make_report(run_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -> Path:

@@ -1,0 +1,183 @@
+"""What a claim's analysis gets: :class:`ClaimContext` — the output folder, the preset, the claim's own arms
+(by role) and their finished runs at the chosen learning rates, cached token-level comparisons, and a log —
+and :meth:`ClaimContext.result`, the one shape of a claim's result (what ``claims.json`` and the report hold).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from smallinit.experiments.claims.rules import INCONCLUSIVE, NOT_RUN, RULE, Effect, Verdict
+from smallinit.experiments.presets import AnchorArm, Arm, Preset
+from smallinit.io import atomic_write_json
+from smallinit.rundir import collect_run, read_json, read_probes, run_state
+
+
+def fmt_lr(lr: float) -> str:
+    return f"{lr:g}"
+
+
+def run_name(a: Arm, lr: float, seed: int) -> str:
+    """The run directory name of an LM arm at a learning rate and seed (under OUT/runs/)."""
+    return f"{a.key}-lr{fmt_lr(lr)}-s{seed}"
+
+
+def anchor_name(gamma: float, lr: float, seed: int) -> str:
+    """The run directory name of an anchor-task run (under OUT/anchor/)."""
+    return f"anchor-g{gamma:g}-lr{fmt_lr(lr)}-s{seed}"
+
+
+@dataclass
+class ClaimContext:
+    """One claim's view of a reproduction.
+
+    ``roles`` = what the claim's ``arms(preset)`` returned ({role: Arm or AnchorArm}); ``chosen`` = the learning
+    rate each arm kept ({arm.key: lr or None}); ``seeds`` = how many seeds each arm ran ({arm.key: k});
+    ``costs`` = :func:`~smallinit.experiments.cost.model_cost` of each planned seed-0 run ({run name: ...}).
+    """
+
+    claim_id: int
+    claim: str
+    out: Path
+    preset: Preset
+    roles: dict[str, Any]
+    chosen: dict[str, float | None] = field(default_factory=dict)
+    seeds: dict[str, int] = field(default_factory=dict)
+    costs: dict[str, dict[str, float]] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+
+    @property
+    def p(self) -> Preset:
+        return self.preset
+
+    # -- runs
+    def runs(self, a: Arm | AnchorArm) -> list[Path]:
+        """The finished runs of an arm at its chosen learning rate (seed 0 first)."""
+        lr = self.chosen.get(a.key)
+        if lr is None:
+            return []
+        if isinstance(a, AnchorArm):
+            dirs = [self.out / "anchor" / anchor_name(a.gamma, lr, s) for s in range(self.seeds.get(a.key, 1))]
+        else:
+            dirs = [self.out / "runs" / run_name(a, lr, s) for s in range(self.seeds.get(a.key, 1))]
+        return [rd for rd in dirs if run_state(rd) == "done"]
+
+    def names(self, *arms: Arm | AnchorArm) -> list[str]:
+        """The names of the arms' finished runs (the "Runs:" line of the report)."""
+        return [rd.name for a in arms for rd in self.runs(a)]
+
+    def losses(self, a: Arm) -> list[float]:
+        """Final validation losses of the arm's finished runs (finite ones only), seed 0 first."""
+        return [v for v in (collect_run(rd).get("final_val_loss") for rd in self.runs(a))
+                if v is not None and math.isfinite(v)]
+
+    def probes(self, a: Arm) -> list[dict[str, Any]]:
+        """The probe records of the arm's seed-0 run ([] when it has none)."""
+        rs = self.runs(a)
+        return read_probes(rs[0]) if rs else []
+
+    def anchor_results(self, a: AnchorArm) -> list[dict[str, Any]]:
+        """The ``result.json`` of each of the anchor arm's finished seeds (seed 0 first)."""
+        lr = self.chosen.get(a.key)
+        if lr is None:
+            return []
+        out = []
+        for s in range(self.seeds.get(a.key, 1)):
+            r = read_json(self.out / "anchor" / anchor_name(a.gamma, lr, s) / "result.json")
+            if r:
+                out.append(r)
+        return out
+
+    def cost(self, a: Arm) -> dict[str, float]:
+        """The planned cost numbers (params, non_embedding_params, tokens, flops ...) of the arm's run at the
+        preset's first learning rate, seed 0."""
+        return self.costs.get(run_name(a, self.p.lrs[0], 0), {})
+
+    def lr_words(self) -> str:
+        """How the learning rates were set, in words (for a claim's "measured" text)."""
+        if len(self.p.lrs) > 1:
+            return f"each at the learning rate it does best with among {', '.join(map(fmt_lr, self.p.lrs))} (tune_loss)"
+        return f"both at learning rate {fmt_lr(self.p.lrs[0])} (fixed in this preset, not tuned per arm)"
+
+    # -- comparisons
+    def compare(self, variant: Arm, baseline: Arm) -> dict[str, Any] | None:
+        """Token-level comparison of the two arms' seed-0 runs (smallinit.compare.compare_models; cached in
+        OUT/compare/ until a run is newer). None when a run is missing or the comparison fails."""
+        ra, rb = self.runs(variant), self.runs(baseline)
+        if not ra or not rb:
+            return None
+        path = self.out / "compare" / f"{ra[0].name}__vs__{rb[0].name}.json"
+        newest_run = max((r / "summary.json").stat().st_mtime for r in (ra[0], rb[0]))
+        if path.is_file() and path.stat().st_mtime >= newest_run:
+            cached = read_json(path)
+            if cached is not None:
+                return cached
+        from smallinit.compare import compare_models
+
+        try:
+            res = compare_models(ra[0], rb[0], tokens=self.p.compare_tokens, n_boot=1000)
+        except Exception as e:  # noqa: BLE001 - a failed comparison makes the claim inconclusive, not the report
+            self.log(f"[reproduce] compare {ra[0].name} vs {rb[0].name} failed: {e}")
+            return None
+        atomic_write_json(path, res)
+        return res
+
+    def loss_hw(self, variant: Arm, baseline: Arm) -> float | None:
+        """Half-width of the paired bootstrap 95% interval of the token-level loss gain between two arms."""
+        res = self.compare(variant, baseline)
+        ci = (((res or {}).get("overall") or {}).get("loss_gain") or {}).get("ci95")
+        return (ci[1] - ci[0]) / 2 if ci else None
+
+    # -- the result
+    def result(self, measured: str, verdict: Verdict | None, *, plots: list[str | None] | None = None,
+               tables: list[dict[str, Any]] | None = None, notes: list[str] | None = None,
+               runs: list[str] | None = None) -> dict[str, Any]:
+        """A claim's result: ``measured`` (what was measured, in words), the verdict with its effects and
+        numbers (None: inconclusive, runs missing), plot file names (None entries dropped), tables
+        ({"title", "columns", "rows"}), notes and the run names."""
+        return make_result(self.claim_id, self.claim, measured, verdict, plots=[p for p in plots or [] if p],
+                           tables=tables, notes=notes, runs=runs)
+
+
+def make_result(cid: int, claim: str, measured: str, verdict: Verdict | None, *, ran: bool = True,
+                plots: list[str] | None = None, tables: list[dict[str, Any]] | None = None,
+                notes: list[str] | None = None, runs: list[str] | None = None) -> dict[str, Any]:
+    """The result dict of claim ``cid`` (``ran=False``: not run in this preset)."""
+    if not ran:
+        return {"id": cid, "claim": claim, "verdict": NOT_RUN, "measured": measured, "effects": [],
+                "numbers": {}, "plots": [], "tables": [], "notes": notes or [], "runs": []}
+    v = verdict or Verdict(INCONCLUSIVE, notes=["runs missing or failed"])
+    return {"id": cid, "claim": claim, "verdict": v.verdict, "measured": measured,
+            "effects": [e.to_dict() for e in v.effects], "numbers": v.numbers, "plots": plots or [],
+            "tables": tables or [], "notes": (v.notes or []) + (notes or []), "runs": runs or [], "rule": RULE}
+
+
+# ---- formatting numbers for tables ---------------------------------------------------------------------
+
+def fmt(x: Any) -> str:
+    """4 decimals; a list joined with commas; None / non-finite as —."""
+    if isinstance(x, (list, tuple)):
+        return ", ".join(fmt(v) for v in x) if x else "—"
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    return f"{x:.4f}" if isinstance(x, float) else str(x)
+
+
+def fmt_ci(e: Effect) -> str:
+    """An effect's interval as [lo, hi]."""
+    return f"[{e.lo:+.4f}, {e.hi:+.4f}]" if e.lo is not None and e.hi is not None else "—"
+
+
+def fmt_ci_pair(ci: Any, pct: bool = False) -> str:
+    """A (lo, hi) pair as [lo, hi] (``pct``: as percentages, ±∞ for infinite ends)."""
+    if not ci or any(v is None for v in ci):
+        return "—"
+    if pct:
+        return "[" + ", ".join(f"{v:+.0%}" if math.isfinite(v) else ("+∞" if v > 0 else "−∞") for v in ci) + "]"
+    return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
+
+
+__all__ = ["ClaimContext", "anchor_name", "fmt", "fmt_ci", "fmt_ci_pair", "fmt_lr", "make_result", "run_name"]

@@ -1,0 +1,203 @@
+"""The shared rule machinery that turns measured numbers into verdicts (each claim's own rule, ``judge``, lives
+in its module beside this one). Verdicts are computed, never written by hand.
+
+The one rule behind every verdict (:func:`effect_verdict`): an **effect** is a signed number oriented so
+that > 0 means "as the paper says" (e.g. baseline loss − variant loss), with an uncertainty **interval**
+[lo, hi]:
+
+- **supported**      lo > 0   — the effect exceeds its noise, in the claimed direction;
+- **not supported**  hi < 0   — the opposite effect, beyond noise;
+- **inconclusive**   otherwise (the interval contains 0: the effect is inside the noise), or when no
+  noise estimate exists (one seed and no bootstrap).
+
+Intervals (:func:`noise_half_width`): half-width h = the largest of the available noise estimates —
+the **spread over seeds** (max − min across seeds, the larger of the two arms; needs ≥ 2 seeds in an arm)
+and a **bootstrap 95% interval** (its half-width; paired over token positions, layers, matrices or test
+examples, as each claim states). Interval = [effect − h, effect + h]. A difference of two independent
+effects has h = sqrt(h1² + h2²). A claim with several parts (:func:`combine`) is supported when every
+part is, not supported when any part is not supported, and inconclusive otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+SUPPORTED = "supported"
+NOT_SUPPORTED = "not supported"
+INCONCLUSIVE = "inconclusive"
+NOT_RUN = "not run in this preset"
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_RUN)
+
+RULE = ("supported when the effect's interval lies entirely above 0; not supported when entirely below 0; "
+        "inconclusive otherwise. Interval = effect ± max(spread over seeds, bootstrap 95% half-width).")
+
+
+@dataclass
+class Effect:
+    """A signed effect (> 0 = the claimed direction) with its interval and how the noise was estimated."""
+
+    label: str
+    value: float | None
+    lo: float | None = None
+    hi: float | None = None
+    noise: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return effect_verdict(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "verdict": self.verdict}
+
+
+def is_finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not math.isnan(x)
+
+
+def effect_verdict(e: Effect) -> str:
+    """The rule (module docstring): lo > 0 → supported; hi < 0 → not supported; else inconclusive
+    (also when the value or an end of the interval is missing; an end may be ±inf)."""
+    if not (is_finite(e.value) and _number(e.lo) and _number(e.hi)):
+        return INCONCLUSIVE
+    if e.lo > 0:
+        return SUPPORTED
+    if e.hi < 0:
+        return NOT_SUPPORTED
+    return INCONCLUSIVE
+
+
+def combine(verdicts: Sequence[str]) -> str:
+    """A multi-part claim: all parts supported → supported; any part not supported → not supported; else
+    inconclusive."""
+    vs = list(verdicts)
+    if not vs:
+        return INCONCLUSIVE
+    if any(v == NOT_SUPPORTED for v in vs):
+        return NOT_SUPPORTED
+    if all(v == SUPPORTED for v in vs):
+        return SUPPORTED
+    return INCONCLUSIVE
+
+
+def seed_spread(*arms: Sequence[float]) -> float | None:
+    """Spread over seeds: the largest (max − min) over the arms that have ≥ 2 seeds; None if none has."""
+    spreads = [max(a) - min(a) for a in arms if len([x for x in a if is_finite(x)]) >= 2]
+    return max(spreads) if spreads else None
+
+
+def noise_half_width(seed_hw: float | None, boot_hw: float | None) -> tuple[float | None, str]:
+    """h = max of the available estimates, and a note saying which were used."""
+    parts, hs = [], []
+    if is_finite(seed_hw):
+        hs.append(float(seed_hw))
+        parts.append(f"seed spread {seed_hw:.3g}")
+    if is_finite(boot_hw):
+        hs.append(float(boot_hw))
+        parts.append(f"bootstrap 95% ±{boot_hw:.3g}")
+    if not hs:
+        return None, "no noise estimate (one seed, no bootstrap)"
+    return max(hs), "; ".join(parts)
+
+
+def interval_effect(label: str, value: float | None, half_width: float | None, noise: str = "") -> Effect:
+    """value ± half_width (no interval when either is missing)."""
+    if not (is_finite(value) and is_finite(half_width)):
+        return Effect(label, value if is_finite(value) else None, None, None, noise or "no noise estimate")
+    return Effect(label, float(value), float(value) - float(half_width), float(value) + float(half_width), noise)
+
+
+def half_width(e: Effect) -> float | None:
+    if is_finite(e.lo) and is_finite(e.hi):
+        return (e.hi - e.lo) / 2
+    return None
+
+
+def difference(label: str, e1: Effect, e2: Effect) -> Effect:
+    """e1 − e2, half-width sqrt(h1² + h2²) (independent noise)."""
+    if not (is_finite(e1.value) and is_finite(e2.value)):
+        return Effect(label, None, noise="missing numbers")
+    h1, h2 = half_width(e1), half_width(e2)
+    h = math.sqrt(h1 ** 2 + h2 ** 2) if h1 is not None and h2 is not None else None
+    return interval_effect(label, e1.value - e2.value, h, "combined: sqrt(h1² + h2²)")
+
+
+def lower_is_better_effect(label: str, variant: Sequence[float], baseline: Sequence[float],
+                           boot_hw: float | None = None) -> Effect:
+    """Effect of a variant on a lower-is-better metric (a loss): mean(baseline) − mean(variant) (> 0: the
+    variant is better), interval from the spread over seeds and/or a bootstrap half-width."""
+    v = [x for x in variant if is_finite(x)]
+    b = [x for x in baseline if is_finite(x)]
+    if not v or not b:
+        return Effect(label, None, noise="a run is missing or diverged")
+    h, note = noise_half_width(seed_spread(v, b), boot_hw)
+    return interval_effect(label, float(np.mean(b) - np.mean(v)), h, note)
+
+
+def higher_is_better_effect(label: str, variant: Sequence[float], baseline: Sequence[float],
+                            boot_hw: float | None = None) -> Effect:
+    """mean(variant) − mean(baseline) for a higher-is-better metric (accuracy), noise as above."""
+    e = lower_is_better_effect(label, [-x for x in variant if is_finite(x)], [-x for x in baseline if is_finite(x)], boot_hw)
+    return e
+
+
+def bootstrap_mean_ci(values: Sequence[float], n_boot: int = 2000, seed: int = 0,
+                      level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values``."""
+    x = np.asarray([v for v in values if is_finite(v)], dtype=np.float64)
+    if x.size == 0:
+        return (math.nan, math.nan)
+    if x.size == 1:
+        return (float(x[0]), float(x[0]))
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    a = (1 - level) / 2
+    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
+
+
+def paired_effect(label: str, claimed: Sequence[float], other: Sequence[float], units: str,
+                  n_boot: int = 2000, seed: int = 0) -> Effect:
+    """mean over units of (claimed_i − other_i) with a percentile bootstrap 95% interval over the units
+    (layers, matrices, norms ...), i.e. "consistently larger across units"."""
+    d = [a - b for a, b in zip(claimed, other) if is_finite(a) and is_finite(b)]
+    if len(d) < 2:
+        return Effect(label, float(d[0]) if d else None, noise=f"fewer than 2 {units}: no bootstrap")
+    lo, hi = bootstrap_mean_ci(d, n_boot, seed)
+    return Effect(label, float(np.mean(d)), lo, hi, f"bootstrap 95% over {len(d)} {units}")
+
+
+def proportion_gap_ci(correct_a: Sequence[int], correct_b: Sequence[int], n_boot: int = 2000,
+                      seed: int = 0) -> float | None:
+    """Half-width of a bootstrap 95% interval of mean(a) − mean(b), examples resampled within each arm."""
+    a = np.asarray(correct_a, dtype=np.float64)
+    b = np.asarray(correct_b, dtype=np.float64)
+    if a.size < 2 or b.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    ma = a[rng.integers(0, a.size, size=(n_boot, a.size))].mean(1)
+    mb = b[rng.integers(0, b.size, size=(n_boot, b.size))].mean(1)
+    lo, hi = np.quantile(ma - mb, [0.025, 0.975])
+    return float((hi - lo) / 2)
+
+
+@dataclass
+class Verdict:
+    """A claim's verdict, the effects it follows from, the numbers behind them and notes."""
+
+    verdict: str
+    effects: list[Effect] = field(default_factory=list)
+    numbers: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+__all__ = ["Effect", "INCONCLUSIVE", "NOT_RUN", "NOT_SUPPORTED", "RULE", "SUPPORTED", "VERDICTS", "Verdict",
+           "bootstrap_mean_ci", "combine", "difference", "effect_verdict", "half_width", "higher_is_better_effect",
+           "interval_effect", "is_finite", "lower_is_better_effect", "noise_half_width", "paired_effect",
+           "proportion_gap_ci", "seed_spread"]

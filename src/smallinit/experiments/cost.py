@@ -1,0 +1,151 @@
+"""What runs cost: parameters and training FLOPs of a config, this machine's measured throughput, and the
+threads per job when several share the cores."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from smallinit.rundir import read_json
+
+
+def fmt_seconds(s: float | None) -> str:
+    """12s, 3m05s, 1h02m."""
+    if s is None or not math.isfinite(s):
+        return "?"
+    s = max(0, int(round(s)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def default_threads(parallel: int) -> int:
+    """torch threads per job when ``parallel`` jobs share this machine's cores (0 = PyTorch default)."""
+    if parallel <= 1:
+        return 0
+    return max(1, (os.cpu_count() or 1) // parallel)
+
+
+def _plain(config: Any) -> dict[str, Any]:
+    return config.to_dict() if hasattr(config, "to_dict") else config
+
+
+def model_cost(config: Any) -> dict[str, float]:
+    """Parameters and training FLOPs of a resolved run config (a RunConfig or its plain dict; the model is built
+    on the meta device without initialization, so even paper-sized models cost nothing): ``params``,
+    ``non_embedding_params``, ``active_params``, ``flops_per_token`` (6N + 12·L·T·d, see
+    Transformer.flops_per_token), ``tokens`` = steps·B·T and ``flops`` = flops_per_token·tokens plus the forward
+    passes of the evaluations (flops_per_token/3 per evaluated token)."""
+    config = _plain(config)
+    m = dict(config["model"])
+    meta = read_json(Path(str(config["data"].get("path", ""))) / "meta.json")
+    if meta and meta.get("vocab_size"):
+        m["vocab_size"] = int(meta["vocab_size"])  # the data decides the vocabulary, as in training
+    T = int(config["data"]["seq_len"])
+    m["max_seq_len"] = max(int(m.get("max_seq_len", 0)), T)
+    params, non_emb, active, fpt = _model_numbers(json.dumps(m, sort_keys=True), T)
+    tr = config["train"]
+    steps, B = int(tr["max_steps"]), int(tr["batch_size"])
+    tokens = steps * B * T
+    n_evals = steps // int(tr["eval_every"]) + 1
+    eval_tokens = n_evals * (int(config["data"]["val_batches"]) + int(config["data"].get("tune_batches", 0))) * B * T
+    return {"params": params, "non_embedding_params": non_emb, "active_params": active, "flops_per_token": fpt,
+            "tokens": tokens, "flops": fpt * tokens + fpt / 3 * eval_tokens}
+
+
+def meta_model(mc):
+    """A Transformer on the meta device, not initialized (no memory, no init work)."""
+    import torch
+
+    from smallinit.model import Transformer
+
+    with torch.device("meta"):
+        return Transformer(mc, init=False)
+
+
+@functools.lru_cache(maxsize=256)
+def _model_numbers(model_json: str, seq_len: int) -> tuple[int, int, int, float]:
+    from smallinit.model import ModelConfig
+
+    model = meta_model(ModelConfig.from_dict(json.loads(model_json)))
+    return (model.num_params(), model.num_params(non_embedding=True), model.num_params(active=True),
+            model.flops_per_token(seq_len))
+
+
+def _timed_steps(step, steps: int) -> float:
+    step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - t0) / steps
+
+
+def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0) -> float:
+    """Training throughput of this machine in GFLOP/s (counted as in ``flops_per_token``), timed on a few
+    AdamW steps of the ``config``'s model (default: the tiny preset shape) on random tokens."""
+    import torch
+    import torch.nn.functional as F
+
+    from smallinit.model import ModelConfig, Transformer
+
+    config = _plain(config) if config is not None else None
+    if config is None:
+        mc = ModelConfig.from_preset("tiny", max_seq_len=128)
+        T, B = 128, 16
+    else:
+        mc = ModelConfig.from_dict(dict(config["model"]))
+        T, B = int(config["data"]["seq_len"]), int(config["train"]["batch_size"])
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        model = Transformer(mc)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randint(0, mc.vocab_size, (B, T))
+
+        def step():
+            loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return model.flops_per_token(T) * B * T / _timed_steps(step, steps) / 1e9
+    finally:
+        torch.set_num_threads(old)
+
+
+def measure_anchor_gflops(cfg, threads: int = 0, steps: int = 5) -> float:
+    """GFLOP/s of the anchor model's training steps (an AnchorConfig) on this machine, counted like anchor_flops."""
+    import torch
+    import torch.nn.functional as F
+
+    from smallinit.experiments.anchor import build_model, make_data, train_pairs
+
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        model = build_model(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        data = make_data(cfg.batch_size, train_pairs(cfg.held_out), cfg, torch.Generator().manual_seed(0))
+
+        def step():
+            loss = F.cross_entropy(model(data.tokens)[:, -1, :], data.targets)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+
+        return model.flops_per_token(cfg.seq_len) * cfg.batch_size * cfg.seq_len / _timed_steps(step, steps) / 1e9
+    finally:
+        torch.set_num_threads(old)
+
+
+__all__ = ["default_threads", "fmt_seconds", "measure_anchor_gflops", "measure_gflops", "meta_model", "model_cost"]

@@ -1,0 +1,234 @@
+"""Planning a reproduction: which runs each claim's arms need, their typed configs, their cost, and the corpus.
+
+Phase 1 trains every LM arm at every learning rate of the preset (seed 0) and every anchor arm at every
+``anchor_lrs`` (seed 0); phase 2 adds the extra seeds at each arm's chosen learning rate (an arm runs as many
+seeds as the most any claim using it asks for). LM runs live in ``OUT/runs/<arm>-lr<lr>-s<seed>``, anchor runs in
+``OUT/anchor/anchor-g<γ>-lr<lr>-s<seed>``, deduplicated across claims.
+
+An arm's settings reach the run as fields of the typed :class:`~smallinit.train.config.RunConfig` (γ →
+``model.gamma``, ε → ``model.norm_eps``, gate → ``model.gate``, BOS → ``data.bos``) or of the
+:class:`~smallinit.experiments.anchor.AnchorConfig`; the preset's ``base`` and size overrides are its data.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from smallinit.errors import DataError
+from smallinit.experiments.claims import registry
+from smallinit.experiments.claims.context import anchor_name, fmt_lr, run_name
+from smallinit.experiments.cost import default_threads, fmt_seconds, model_cost
+from smallinit.experiments.job import Job
+from smallinit.experiments.presets import AnchorArm, Arm, Preset
+from smallinit.train.config import RunConfig, load_config, set_dotted
+
+
+def claim_arms(p: Preset) -> dict[int, dict[str, Arm | AnchorArm]]:
+    """{claim: {role: arm}} for the claims the preset runs (those whose ``arms(preset)`` is not None)."""
+    out = {}
+    mods = registry()
+    for c in p.claims:
+        roles = mods[c].arms(p) if c in mods else None
+        if roles is not None:
+            out[c] = roles
+    return out
+
+
+def seeds_of_arm(p: Preset, a: Arm | AnchorArm, arms: dict[int, dict[str, Any]]) -> int:
+    """Seeds an arm needs: the most any claim that uses it asks for."""
+    return max([p.n_seeds(c) for c, roles in arms.items() if a in roles.values()] or [1])
+
+
+def lm_config(p: Preset, a: Arm, lr: float, seed: int, corpus: Path | str) -> RunConfig:
+    """The typed config of one LM run: the preset's base and the size's overrides (data), then the arm's
+    settings, the learning rate, the seed and the corpus set on the typed fields."""
+    over = dict(p.sizes[a.size])
+    steps = int(over.get("train.max_steps", p.base.get("train", {}).get("max_steps", 1000)))
+    if "probe.every" not in over and p.base.get("probe", {}).get("every"):
+        over["probe.every"] = max(1, int(p.base["probe"]["every"]))
+    over.setdefault("train.eval_every", min(steps, int(p.base.get("train", {}).get("eval_every", steps))))
+    over.setdefault("train.ckpt_every", min(steps, int(p.base.get("train", {}).get("ckpt_every", steps))))
+    d = copy.deepcopy(p.base)
+    for k, v in over.items():
+        set_dotted(d, k, v, what="preset key")
+    cfg = load_config(None, [], base=d)
+    r = dataclasses.replace
+    cfg = r(cfg, model=r(cfg.model, gamma=a.gamma, norm_eps=a.eps, gate=a.gate),
+            data=r(cfg.data, bos=a.bos, path=str(corpus)), optim=r(cfg.optim, lr=lr), train=r(cfg.train, seed=seed))
+    cfg.validate()
+    return cfg
+
+
+def lm_job(p: Preset, out: Path, a: Arm, lr: float, seed: int, corpus: Path | str, parallel: int,
+           gflops: float | None) -> Job:
+    from smallinit.experiments.sweep import train_job
+
+    name = run_name(a, lr, seed)
+    return train_job(name, lm_config(p, a, lr, seed, corpus), out / "runs", parallel=parallel, gflops=gflops,
+                     label=name)
+
+
+def anchor_config(p: Preset, gamma: float, lr: float, seed: int, parallel: int = 1):
+    """The AnchorConfig of one anchor run: the preset's ``anchor`` settings with γ, learning rate and seed."""
+    from smallinit.experiments.anchor import AnchorConfig
+
+    cfg = AnchorConfig(**{**p.anchor, "gamma": gamma, "lr": lr, "seed": seed})
+    if parallel > 1 and not cfg.threads:
+        cfg.threads = default_threads(parallel)
+    cfg.validate()
+    return cfg
+
+
+def anchor_job(p: Preset, out: Path, a: AnchorArm, lr: float, seed: int, gflops: float | None, parallel: int) -> Job:
+    from smallinit.experiments.anchor import anchor_flops
+
+    cfg = anchor_config(p, a.gamma, lr, seed, parallel)
+    name = anchor_name(a.gamma, lr, seed)
+    est = anchor_flops(cfg) / (gflops * 1e9) if gflops else 0.0
+    return Job(name, out / "anchor" / name, "anchor", cfg, est_seconds=est, total_steps=cfg.steps, label=name)
+
+
+@dataclass
+class Plan:
+    """Phase 1 (every arm × every learning rate, seed 0) and the size of phase 2 (extra seeds)."""
+
+    preset: Preset
+    arms: dict[int, dict[str, Any]]
+    lm_arms: list[Arm]
+    anchor_arms: list[AnchorArm]
+    seeds: dict[str, int]  # arm key -> seeds
+    phase1: list[Job]
+    phase2_count: int
+    phase2_seconds: float
+    costs: dict[str, dict[str, float]]  # run name -> model_cost
+    gflops: float | None
+    anchor_gflops: float | None
+
+
+def make_plan(p: Preset, out: Path, corpus: Path, gflops: float | None, anchor_gflops: float | None,
+              parallel: int) -> Plan:
+    arms = claim_arms(p)
+    lm_arms: list[Arm] = []
+    anchor_arms: list[AnchorArm] = []
+    for roles in arms.values():
+        for a in roles.values():
+            group = anchor_arms if isinstance(a, AnchorArm) else lm_arms
+            if a not in group:
+                group.append(a)
+    seeds = {a.key: seeds_of_arm(p, a, arms) for a in [*lm_arms, *anchor_arms]}
+    jobs: list[Job] = []
+    costs: dict[str, dict[str, float]] = {}
+    phase2_count, phase2_secs = 0, 0.0
+    for a in lm_arms:
+        for lr in p.lrs:
+            job = lm_job(p, out, a, lr, 0, corpus, parallel, gflops)
+            costs[job.name] = model_cost(job.config)
+            jobs.append(job)
+        phase2_count += seeds[a.key] - 1
+        phase2_secs += (seeds[a.key] - 1) * jobs[-1].est_seconds
+    for a in anchor_arms:
+        for lr in p.anchor_lrs:
+            jobs.append(anchor_job(p, out, a, lr, 0, anchor_gflops, parallel))
+        phase2_count += seeds[a.key] - 1
+        phase2_secs += (seeds[a.key] - 1) * jobs[-1].est_seconds
+    return Plan(p, arms, lm_arms, anchor_arms, seeds, jobs, phase2_count, phase2_secs, costs, gflops, anchor_gflops)
+
+
+def phase2_jobs(plan: Plan, out: Path, chosen: dict[str, float | None], corpus: Path, parallel: int) -> list[Job]:
+    """The extra seeds (1, 2, ...) of every arm at its chosen learning rate (arms with none chosen skipped)."""
+    p, jobs = plan.preset, []
+    for a in plan.lm_arms:
+        lr = chosen.get(a.key)
+        if lr is not None:
+            jobs += [lm_job(p, out, a, lr, s, corpus, parallel, plan.gflops) for s in range(1, plan.seeds[a.key])]
+    for a in plan.anchor_arms:
+        lr = chosen.get(a.key)
+        if lr is not None:
+            jobs += [anchor_job(p, out, a, lr, s, plan.anchor_gflops, parallel) for s in range(1, plan.seeds[a.key])]
+    return jobs
+
+
+def describe_plan(plan: Plan, jobs: int) -> str:
+    """The plan in words: claims, learning rates, every phase-1 run with its size, tokens and cost, the estimate."""
+    p = plan.preset
+    lines = [f"reproduce --preset {p.name}: {p.description}", f"budget: {p.budget}",
+             f"claims run: {', '.join(map(str, p.claims))}; not run: "
+             f"{', '.join(str(c) for c in registry() if c not in p.claims) or 'none'}",
+             f"learning rates per arm: {', '.join(map(fmt_lr, p.lrs))}"
+             f"{' (chosen on tune_loss)' if len(p.lrs) > 1 else ' (fixed, not tuned)'}",
+             "", f"phase 1: {len(plan.phase1)} runs"]
+    total_s, total_flops = 0.0, 0.0
+    lines.append(f"  {'run':<46} {'params':>9} {'tokens':>9} {'tok/param':>9} {'PFLOP':>8} {'est':>8}")
+    for j in plan.phase1:
+        c = plan.costs.get(j.name)
+        if c:
+            total_flops += c["flops"]
+            lines.append(f"  {j.name:<46} {c['params'] / 1e6:8.2f}M {c['tokens'] / 1e6:8.2f}M "
+                         f"{c['tokens'] / c['params']:9.2f} {c['flops'] / 1e15:8.3f} {fmt_seconds(j.est_seconds):>8}")
+        else:
+            lines.append(f"  {j.name:<46} {'':>9} {'':>9} {'':>9} {'':>8} {fmt_seconds(j.est_seconds):>8}")
+        total_s += j.est_seconds
+    lines.append(f"phase 2: {plan.phase2_count} more runs (extra seeds at each arm's chosen learning rate), "
+                 f"≈ {fmt_seconds(plan.phase2_seconds)}")
+    total_s += plan.phase2_seconds
+    wall = total_s / max(1, jobs)
+    gpu_h = total_s / 3600
+    lines += ["", f"throughput assumed: {plan.gflops:,.1f} GFLOP/s per job (LM), "
+                  f"{(plan.anchor_gflops or 0):,.1f} (anchor); {jobs} job(s) at a time",
+              f"estimated cost: {total_flops / 1e18:.3g} EFLOP for phase 1 LM runs; "
+              f"≈ {fmt_seconds(wall)} wall-clock" + (f" (≈ {gpu_h:,.0f} device-hours)" if p.name == "gpu" else "")]
+    return "\n".join(lines)
+
+
+# ---- the corpus -------------------------------------------------------------------------------------------
+
+def ensure_corpus(p: Preset, corpus: str | os.PathLike | None, out: Path, log: Callable[[str], None]) -> Path:
+    """The prepared data directory to train on: ``corpus`` if it is one; else prepare the preset's default
+    corpus (builtin:stdlib) into ``corpus`` or, when not given, into ``OUT/../data/<name>``."""
+    path = Path(corpus) if corpus else out.parent / "data" / p.corpus.get("name", "stdlib")
+    if (path / "meta.json").is_file():
+        return path
+    if path.exists() and any(path.iterdir()):
+        raise DataError(f"{path} exists but is not a prepared data directory (no meta.json)")
+    if not p.corpus.get("inputs"):
+        raise DataError(f"preset {p.name} has no default corpus: prepare one with `smallinit prepare` and pass --corpus")
+    from smallinit.data import prepare_corpus
+
+    log(f"[reproduce] preparing {', '.join(p.corpus['inputs'])} into {path} (BPE {p.corpus.get('vocab_size', 8192)}"
+        f"{', first %.0f MB' % (p.corpus['max_bytes'] / 1e6) if p.corpus.get('max_bytes') else ''}) ...")
+    t0 = time.time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prepare_corpus(list(p.corpus["inputs"]), path, tokenizer="bpe", vocab_size=int(p.corpus.get("vocab_size", 8192)),
+                       val_fraction=float(p.corpus.get("val_fraction", 0.02)), progress=False,
+                       max_bytes=p.corpus.get("max_bytes"))
+    log(f"[reproduce] corpus ready in {fmt_seconds(time.time() - t0)}")
+    return path
+
+
+def check_corpus(p: Preset, corpus: Path) -> dict[str, Any]:
+    """Refuse a corpus whose validation split cannot hold the val + tune batches (and the comparison tokens)."""
+    from smallinit.data import TokenData, val_offsets
+
+    td = TokenData(corpus)
+    d, t = p.base["data"], p.base["train"]
+    T = int(d["seq_len"])
+    batches = int(d.get("val_batches", 8)) + int(d.get("tune_batches", 0))
+    need = batches * int(t["batch_size"])
+    have = len(val_offsets(len(td.val), T, td.bos_id if d.get("bos") else None))
+    if have < need:
+        raise DataError(f"{corpus}: the val split holds {have} windows of {T} tokens; preset {p.name} needs {need} "
+                        f"({batches} val+tune batches of {t['batch_size']}); prepare it with a larger --val-fraction")
+    return {"path": str(corpus), "vocab_size": td.vocab_size, "train_tokens": int(len(td.train)),
+            "val_tokens": int(len(td.val)), "sources": [s.get("name") for s in td.meta.get("sources", [])]}
+
+
+__all__ = ["Plan", "anchor_config", "anchor_job", "check_corpus", "claim_arms", "describe_plan", "ensure_corpus",
+           "lm_config", "lm_job", "make_plan", "phase2_jobs", "seeds_of_arm"]

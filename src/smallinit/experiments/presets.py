@@ -1,0 +1,219 @@
+"""Reproduction presets: what ``smallinit reproduce --preset NAME`` runs, as data.
+
+A :class:`Preset` fixes the budget: which claims run, the model sizes (size label → dotted overrides of the
+shared ``base`` config), steps, learning rates, seeds, the anchor task's settings and the default corpus.
+Which *arms* (model settings: size, γ, ε, gate, BOS, MoE) a claim needs for a preset is the claim's own
+business (``arms(preset)`` in its module under :mod:`smallinit.experiments.claims`); a claim reads the sizes
+by role: ``main_size`` (claims 1, 3, 5, 7), ``probe_size`` (4, 6), ``shrink_sizes`` (2), ``scaling_sizes`` (8),
+``moe_size`` (10).
+
+``demo`` (≤ 15 min on a 2-core CPU: claims 1, 4, 6, 7, 9), ``cpu`` (≤ 2 h on a 2-core CPU, every claim,
+learning rates swept) and ``gpu`` (the paper-sized plan; print it with ``--dry-run``). A test suite builds its
+own fixture-sized :class:`Preset` and passes it to :func:`smallinit.experiments.reproduce.reproduce`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from smallinit.errors import ConfigError
+
+PAPER_REGIME = {"params": "0.1B–1.5B", "tokens": "~1T", "tokens_per_param": "≈ 670–10,000"}
+BASELINE = (0.5, 1e-5, "none")
+PAPER = (1.0, 1e-12, "elementwise")
+
+
+# ---- arms and presets -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Arm:
+    """A model setting of an experiment (the learning rate and the seed come later)."""
+
+    size: str
+    gamma: float
+    eps: float
+    gate: str
+    bos: bool = True
+    moe: bool = False
+
+    @property
+    def key(self) -> str:
+        moe = "-moe" if self.moe and "moe" not in self.size else ""
+        return (f"{self.size}{moe}-g{self.gamma:g}-e{self.eps:g}-{self.gate}"
+                f"{'' if self.bos else '-nobos'}")
+
+    def describe(self) -> str:
+        return (f"γ={self.gamma:g}, ε={self.eps:g}, gate={self.gate}, {self.size}{' MoE' if self.moe else ''}"
+                f"{'' if self.bos else ', no BOS'}")
+
+
+@dataclass(frozen=True)
+class AnchorArm:
+    """An arm of the anchor task (claim 9): a γ; trained at every ``anchor_lrs`` of the preset."""
+
+    gamma: float
+
+    @property
+    def key(self) -> str:
+        return f"anchor-g{self.gamma:g}"
+
+    def describe(self) -> str:
+        return f"anchor task, γ={self.gamma:g}"
+
+
+def arm(size: str, setting: tuple[float, float, str], **kw) -> Arm:
+    return Arm(size, setting[0], setting[1], setting[2], **kw)
+
+
+@dataclass
+class Preset:
+    """What one ``reproduce --preset`` runs (see the module docstring)."""
+
+    name: str
+    budget: str
+    claims: tuple[int, ...]
+    base: dict[str, Any]
+    """Nested config shared by every LM run (data.path is filled in with the corpus)."""
+    sizes: dict[str, dict[str, Any]]
+    """Size label → dotted overrides (model shape, train.max_steps, probe.every ...)."""
+    main_size: str
+    """Claims 1, 3, 5, 7 (and the largest size of 2)."""
+    probe_size: str
+    """Claims 4 and 6."""
+    shrink_sizes: tuple[str, ...] = ()
+    """Claim 2 (≥ 2 sizes, ascending)."""
+    scaling_sizes: tuple[str, ...] = ()
+    """Claim 8 (≥ 3 sizes)."""
+    moe_size: str | None = None
+    """Claim 10: a size label whose overrides include the MoE settings."""
+    lrs: tuple[float, ...] = (3e-3,)
+    seeds: dict[int, int] = field(default_factory=dict)
+    gammas: tuple[float, ...] = ()
+    anchor: dict[str, Any] = field(default_factory=dict)
+    anchor_lrs: tuple[float, ...] = (1e-3,)
+    corpus: dict[str, Any] = field(default_factory=dict)
+    compare_tokens: int = 32768
+    sink_without_bos: bool = False
+    jobs: int = 1
+    gflops: float | None = None
+    """Assumed training GFLOP/s for the estimates (None: measured on this machine)."""
+    anchor_gflops: float | None = None
+    inprocess: bool = False
+    """Run every job in this process (tests) instead of one subprocess each."""
+    description: str = ""
+
+    def n_seeds(self, claim: int) -> int:
+        return max(1, int(self.seeds.get(claim, 1)))
+
+
+def shape(d: int, layers: int, heads: int, ff: int, steps: int, **extra) -> dict[str, Any]:
+    return {"model.d_model": d, "model.n_layers": layers, "model.n_heads": heads, "model.d_ff": ff,
+            "train.max_steps": steps, **extra}
+
+
+DEMO = Preset(
+    name="demo",
+    budget="≤ 15 minutes on a 2-core CPU",
+    description="tiny models (d 128, 4 layers) on the built-in corpus; one learning rate (not tuned), one seed",
+    claims=(1, 4, 6, 7, 9),
+    base={"model": {"preset": "tiny", "max_seq_len": 128},
+          "data": {"seq_len": 128, "val_batches": 8, "bos": True},
+          "optim": {"lr": 3e-3, "warmup_steps": 30},
+          "train": {"batch_size": 16, "log_every": 10, "eval_every": 100, "ckpt_every": 100, "keep_ckpts": 1},
+          "probe": {"every": 20}},
+    sizes={"d128": shape(128, 4, 4, 384, 500)},
+    main_size="d128", probe_size="d128",
+    lrs=(3e-3,),
+    anchor={"steps": 700, "eval_every": 100},
+    anchor_lrs=(1e-3,),
+    corpus={"inputs": ["builtin:stdlib"], "vocab_size": 8192, "max_bytes": 12_000_000, "val_fraction": 0.05,
+            "name": "stdlib-demo"},
+    compare_tokens=32768,
+    jobs=2,
+)
+
+CPU_STEPS = 240
+"""Steps per `cpu` run: 27 d512 runs of 240 steps (plus the smaller widths) fill the 2-hour budget on 2 cores."""
+
+CPU = Preset(
+    name="cpu",
+    budget="≤ 2 hours on a 2-core CPU",
+    description=("widths 128/256/512 at depth 2, ~0.25M tokens per run (240 steps of 8×128); learning rate swept "
+                 "over 3 values for every arm, chosen on tune_loss; 2 seeds for claims 1 and 9"),
+    claims=tuple(range(1, 11)),
+    base={"model": {"preset": "tiny", "max_seq_len": 128},
+          "data": {"seq_len": 128, "val_batches": 8, "tune_batches": 8, "bos": True},
+          "optim": {"warmup_steps": 30},
+          "train": {"batch_size": 8, "log_every": 10, "eval_every": 100, "ckpt_every": 100, "keep_ckpts": 1},
+          "probe": {"every": 25}},
+    sizes={"d128": shape(128, 2, 2, 384, CPU_STEPS), "d256": shape(256, 2, 4, 704, CPU_STEPS),
+           "d512": shape(512, 2, 8, 1408, CPU_STEPS),
+           "d128-moe": shape(128, 2, 2, 384, CPU_STEPS, **{"model.moe.n_experts": 4, "model.moe.top_k": 2,
+                                                       "model.moe.d_expert": 192, "probe.heatmaps": ["blocks.0.attn.q"]})},
+    main_size="d512", probe_size="d128", shrink_sizes=("d128", "d256", "d512"),
+    scaling_sizes=("d128", "d256", "d512"), moe_size="d128-moe",
+    lrs=(1e-3, 3e-3, 1e-2),
+    seeds={1: 2, 9: 2},
+    gammas=(0.25, 0.5, 0.75, 1.0, 1.25, 1.5),
+    anchor={"steps": 700, "eval_every": 100},
+    anchor_lrs=(3e-4, 1e-3, 3e-3),
+    corpus={"inputs": ["builtin:stdlib"], "vocab_size": 8192, "val_fraction": 0.02, "name": "stdlib"},
+    compare_tokens=32768,
+    sink_without_bos=True,
+    jobs=1,
+)
+
+GPU = Preset(
+    name="gpu",
+    budget="paper-sized: for accelerators (estimate below at the assumed throughput)",
+    description=("the paper's sizes 0.1B–1.5B (and the 0.5B MoE) at ~20 tokens per parameter, seq 2048, "
+                 "0.5M tokens per step, bf16; learning rate swept over 3 values per arm; 2 seeds for claims 1, 9"),
+    claims=tuple(range(1, 11)),
+    base={"model": {"preset": "0.1b"},
+          "data": {"seq_len": 2048, "val_batches": 32, "tune_batches": 32, "bos": True},
+          "optim": {"warmup_steps": 2000, "schedule": "wsd"},
+          "train": {"batch_size": 256, "micro_batch_size": 16, "dtype": "bf16", "compile": True, "log_every": 10,
+                    "eval_every": 1000, "ckpt_every": 2000, "keep_ckpts": 2},
+          "probe": {"every": 500}},
+    sizes={"0.1b": {"model.preset": "0.1b", "train.max_steps": 4000},
+           "0.3b": {"model.preset": "0.3b", "train.max_steps": 12000},
+           "0.7b": {"model.preset": "0.7b", "train.max_steps": 27000},
+           "1.5b": {"model.preset": "1.5b", "train.max_steps": 57000},
+           "0.5b-moe": {"model.preset": "0.5b-moe", "train.max_steps": 12000,
+                        "probe.heatmaps": ["blocks.0.attn.q"]}},
+    main_size="0.1b", probe_size="0.1b", shrink_sizes=("0.1b", "0.3b", "0.7b", "1.5b"),
+    scaling_sizes=("0.1b", "0.3b", "0.7b", "1.5b"), moe_size="0.5b-moe",
+    lrs=(1.5e-3, 3e-3, 6e-3),
+    seeds={1: 2, 9: 2},
+    gammas=(0.25, 0.5, 0.75, 1.0, 1.25, 1.5),
+    anchor={"steps": 3000, "d_model": 256, "n_layers": 4, "n_heads": 4, "d_ff": 1024, "eval_every": 200},
+    anchor_lrs=(3e-4, 1e-3, 3e-3),
+    corpus={"inputs": [], "name": "corpus"},
+    compare_tokens=262144,
+    sink_without_bos=True,
+    gflops=400_000.0,
+    anchor_gflops=20_000.0,
+)
+
+PRESETS: dict[str, Preset] = {"demo": DEMO, "cpu": CPU, "gpu": GPU}
+
+
+def get_preset(name: str | Preset, seeds: int | None = None) -> Preset:
+    """A copy of the named preset (or of the given :class:`Preset`), with ``seeds`` (if given) for claims 1, 9, 10."""
+    if isinstance(name, Preset):
+        p = copy.deepcopy(name)
+    elif name in PRESETS:
+        p = copy.deepcopy(PRESETS[name])
+    else:
+        raise ConfigError(f"unknown reproduce preset {name!r}; choose one of {', '.join(PRESETS)}")
+    if seeds is not None:
+        if seeds < 1:
+            raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+        p.seeds = {k: seeds for k in sorted({*p.seeds, 1, 9, 10})}
+    return p
+
+
+__all__ = ["AnchorArm", "Arm", "BASELINE", "CPU", "DEMO", "GPU", "PAPER", "PAPER_REGIME", "PRESETS", "Preset", "arm",
+           "get_preset", "shape"]

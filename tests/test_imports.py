@@ -1,0 +1,124 @@
+"""The import graph of src/smallinit: no cycles (imports inside functions count — they only hide a cycle), and the
+library never imports the command line (only cli.py, __main__.py and commands/ may)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+CLI_ALLOWED = ("smallinit.cli", "smallinit.__main__")
+
+
+def module_files() -> dict[str, Path]:
+    """{dotted module name: file} for every .py under src/smallinit (packages by their __init__.py)."""
+    out = {}
+    for f in sorted((SRC / "smallinit").rglob("*.py")):
+        parts = list(f.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def imports_of(name: str, path: Path, modules: set[str]) -> set[str]:
+    """The smallinit modules a file imports anywhere in it (``from P import x`` counts as P.x when that is a
+    module, else as P; relative imports resolved; the implicit import of parent packages is not counted)."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_pkg = path.name == "__init__.py"
+    here = name.split(".") if is_pkg else name.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules:  # `import a.b.c` of a non-module attribute path: its module
+                t = t.rpartition(".")[0]
+            if t.startswith("smallinit") and t != name:
+                out.add(t)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = module_files()
+    return {name: imports_of(name, path, set(files)) for name, path in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_checker_finds_a_cycle_and_resolves_relative_imports():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    graph = import_graph()
+    assert "smallinit.experiments.claims.rules" in graph["smallinit.experiments.claims.c01_loss"]
+    assert "smallinit.rundir" in graph["smallinit.experiments.sweep"]
+
+
+def test_no_import_cycle_in_src():
+    found = cycles(import_graph())
+    assert not found, "import cycles: " + "; ".join(" ↔ ".join(c) for c in found)
+
+
+def test_the_library_never_imports_the_command_line():
+    bad = [m for m, deps in import_graph().items()
+           if "smallinit.cli" in deps and m not in CLI_ALLOWED and not m.startswith("smallinit.commands")]
+    assert not bad, f"library modules importing smallinit.cli: {bad}"
+
+
+@pytest.mark.parametrize("limit,modules", [(450, ["reproduce"]), (300, ["report"])])
+def test_reproduce_and_report_stay_small(limit, modules):
+    for m in modules:
+        n = len((SRC / "smallinit" / "experiments" / f"{m}.py").read_text().splitlines())
+        assert n <= limit, f"experiments/{m}.py has {n} lines (limit {limit})"
+
+
+def test_no_module_of_the_experiments_package_over_500_lines():
+    big = {str(f.relative_to(SRC)): n for f in (SRC / "smallinit" / "experiments").rglob("*.py")
+           if (n := len(f.read_text().splitlines())) > 500}
+    assert not big, big
