@@ -1,123 +1,96 @@
-"""Yardstick for benchmarks/throughput.py: a plain nanoGPT-style GPT at the same shape, timed the same way.
+"""Ours beside a plain nanoGPT, at both shapes of issue #19, in one process, timed alternately.
 
-The model is nanoGPT's (learned positions, LayerNorm, GELU MLP of 4·d, fused c_attn, SDPA causal attention,
-tied embeddings, AdamW) in ~40 lines, so the MFU our model reaches can be read against what a minimal
-GPT reaches on the same machine in the same process. MFU = (6N + 12·L·T·d) · tokens/s / matmul peak, with
-N = non-embedding parameters + the tied LM head (V·d), as nanoGPT's ``estimate_mfu`` counts it.
+Shapes (B 16, T 256, vocab 8192 = the BPE tokenizer the demo/cpu reproduction presets train):
+``d384`` = d 384 × 6 layers (d_ff 1024) and ``d128`` = d 128 × 4 layers (d_ff 384, the reproduction's `tiny`).
+nanoGPT: learned positions, LayerNorm, GELU MLP of 4·d, fused c_attn, SDPA, tied embeddings. Every model
+trains with the Trainer's step (fused AdamW, grad clipping); ours through ``model(idx, targets=...)`` as the
+Trainer calls it. Each step closure is timed in turn (round-robin) so that a change of machine load hits
+all models alike; the figure is the median. GFLOP/s = tokens/s × each model's own 6N + 12·L·T·d
+(N = non-embedding parameters + the LM head V·d, nanoGPT's estimate_mfu count); MFU against the same
+process's best fp32 square matmul at the same thread count. Both clocks are reported: wall time, and the
+process's CPU time (the steadier measure of work on a contended machine, for one thread; with two threads CPU
+time also counts the threads' spin-waits).
 
-    python benchmarks/nanogpt_reference.py [--d 384 --layers 6 --heads 6 --seq 256 --batch 16 --vocab 8192]
+    python benchmarks/nanogpt_reference.py [--shapes d384,d128] [--threads 1,2] [--rounds 7] [--json OUT]
+        [--logits-loss] (ours through full logits + cross_entropy)  [--compile]   (also time torch.compile'd models; compile time excluded, warm-up 3 steps)
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import json
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from smallinit import ModelConfig, Transformer
-
-
-class Block(nn.Module):
-    def __init__(self, d: int, h: int):
-        super().__init__()
-        self.h = h
-        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.c_attn, self.c_proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
-        self.c_fc, self.mlp_proj = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.c_proj(y)
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
+from bench_common import (SHAPES, Transformer, cpu_flags, header, load_average, make_step, matmul_peak, nanogpt,
+                          ours_config, time_alternating)
 
 
-class GPT(nn.Module):
-    def __init__(self, vocab: int, d: int, layers: int, heads: int, seq: int):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(d)
-        self.lm_head = nn.Linear(d, vocab, bias=False)
-        self.lm_head.weight = self.wte.weight
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for b in self.blocks:
-            x = b(x)
-        return self.lm_head(self.ln_f(x))
-
-    def flops_per_token(self, seq: int) -> float:
-        d, L = self.wte.weight.shape[1], len(self.blocks)
-        n = sum(p.numel() for p in self.blocks.parameters()) + self.wte.weight.numel()
-        return 6.0 * n + 12.0 * L * seq * d
+def ours_loss(fwd, x, y):
+    return fwd(x, targets=y)
 
 
-def matmul_peak(sizes=(512, 1024, 2048), reps: int = 5) -> float:
-    best = 0.0
-    for n in sizes:
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        a @ b
-        for _ in range(reps):
-            t = time.perf_counter()
-            a @ b
-            best = max(best, 2 * n**3 / (time.perf_counter() - t) / 1e9)
-    return best
-
-
-def time_steps(model: nn.Module, vocab: int, seq: int, batch: int, steps: int, fused: bool) -> float:
-    """Median seconds of forward + backward + AdamW step (after 2 warm-up steps)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused, foreach=None if fused else True)
-    x = torch.randint(0, vocab, (batch, seq))
-    y = torch.randint(0, vocab, (batch, seq))
-    times = []
-    for i in range(steps + 2):
-        t = time.perf_counter()
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if i >= 2:
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool = False) -> list[dict]:
+    torch.set_num_threads(threads)
+    d, L, H, ff, T, B, V = SHAPES[shape]
+    torch.manual_seed(0)
+    models = {"nanoGPT": nanogpt(shape)}
+    for gate in ("none", "elementwise"):
+        models[f"smallinit gate={gate}"] = Transformer(ours_config(shape, gate))
+    fpt = {"nanoGPT": models["nanoGPT"].flops_per_token(T)}
+    fpt.update({k: m.flops_per_token(T) for k, m in models.items() if k != "nanoGPT"})
+    steps = {}
+    for k, m in models.items():
+        lf = None if k == "nanoGPT" or logits_loss else ours_loss
+        steps[k] = make_step(m, V, T, B, loss_fn=lf)
+        if compile_:
+            steps[k + " compiled"] = make_step(m, V, T, B, forward=torch.compile(m), loss_fn=lf)
+            fpt[k + " compiled"] = fpt[k]
+    peak = matmul_peak()
+    secs = time_alternating(steps, rounds, warmup=3 if compile_ else 2)
+    rows = []
+    modes = [""] + [" compiled"] * compile_
+    for k, s in secs.items():
+        mode = " compiled" if k.endswith(" compiled") else ""
+        r = {"shape": shape, "threads": threads, "model": k, "peak_gflops": peak, "load": load_average()}
+        for clock in ("wall", "cpu"):
+            base = {m: B * T / secs["nanoGPT" + m][clock] * fpt["nanoGPT"] / 1e9 for m in modes}
+            gf = B * T / s[clock] * fpt[k] / 1e9
+            r.update({f"tokens_per_s_{clock}": B * T / s[clock], f"gflops_{clock}": gf,
+                      f"ratio_{clock}": gf / base[mode]})
+        r["mfu"] = r["gflops_wall"] / peak
+        rows.append(r)
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--d", type=int, default=384)
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--heads", type=int, default=6)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--shapes", default="d384,d128")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--logits-loss", action="store_true",
+                    help="ours through full logits + F.cross_entropy (the path before the chunked loss)")
+    ap.add_argument("--json")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    peak = matmul_peak()
-    print(f"fp32 matmul peak: {peak:.1f} GFLOP/s ({torch.get_num_threads()} threads)")
-    tokens = args.batch * args.seq
-    rows = []
-    gpt = GPT(args.vocab, args.d, args.layers, args.heads, args.seq)
-    ours = {gate: Transformer(ModelConfig(vocab_size=args.vocab, d_model=args.d, n_layers=args.layers,
-                                          n_heads=args.heads, max_seq_len=args.seq, gate=gate, tie_embeddings=True))
-            for gate in ("none", "elementwise")}
-    for name, model, fpt in [("nanoGPT (GELU 4d, LayerNorm)", gpt, gpt.flops_per_token(args.seq))] + [
-            (f"smallinit gate={g}", m, m.flops_per_token(args.seq)) for g, m in ours.items()]:
-        for fused in (False, True):
-            s = time_steps(model, args.vocab, args.seq, args.batch, args.steps, fused)
-            gf = tokens / s * fpt / 1e9
-            rows.append((name, "fused" if fused else "foreach", tokens / s, gf, gf / peak))
-            print(f"{name:30s} AdamW {'fused  ' if fused else 'foreach'} {tokens / s:8.0f} tok/s "
-                  f"{gf:6.1f} GFLOP/s  MFU {gf / peak:.0%}", flush=True)
-    print("\n| model | AdamW | tokens/s | GFLOP/s | MFU |\n|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]:.0f} | {r[3]:.1f} | {r[4]:.0%} |")
+    all_rows = []
+    for t in [int(x) for x in args.threads.split(",")]:
+        torch.set_num_threads(t)
+        print(header(t), flush=True)
+        for shape in args.shapes.split(","):
+            rows = run(shape, t, args.rounds, args.compile, args.logits_loss)
+            all_rows += rows
+            print(f"\n{shape} ({SHAPES[shape]}), {t} thread(s), fp32 matmul peak in this run "
+                  f"{rows[0]['peak_gflops']:.1f} GFLOP/s, flags {cpu_flags()}")
+            print("| model | tokens/s | GFLOP/s | MFU | × nanoGPT (wall) | tokens per CPU-s | × nanoGPT (CPU time) |\n"
+                  "|---|---|---|---|---|---|---|")
+            for r in rows:
+                print(f"| {r['model']} | {r['tokens_per_s_wall']:.0f} | {r['gflops_wall']:.1f} | {r['mfu']:.0%} | "
+                      f"{r['ratio_wall']:.3f} | {r['tokens_per_s_cpu']:.0f} | {r['ratio_cpu']:.3f} |", flush=True)
+            print(f"(load average at the end: {load_average()})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"flags": cpu_flags(), "rows": all_rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The decoder: token embedding → n_layers × pre-norm blocks → final norm → LM head.
 
-The model computes logits and nothing else: probes, logging and parallelism attach from outside
+The model computes logits (or, given targets, the LM loss from them) and nothing else: probes, logging and parallelism attach from outside
 (forward hooks on ``blocks[i].attn_norm``, ``.attn``, ``.mlp_norm``, ``.mlp``, and
 ``Attention.attention_weights`` for the attention pattern).
 """
@@ -16,6 +16,7 @@ from torch import nn
 from smallinit.init import InitReport, gamma_init
 from smallinit.model.attention import Attention, RotaryEmbedding
 from smallinit.model.config import ModelConfig
+from smallinit.model.loss import linear_cross_entropy
 from smallinit.model.mlp import SwiGLU
 from smallinit.model.norm import make_norm
 
@@ -82,13 +83,22 @@ class Transformer(nn.Module):
         self.init_report = report
         return report
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx (B, T) int64 → logits (B, T, vocab_size)."""
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """idx (B, T) int64 → logits (B, T, vocab_size); with ``targets`` (B, T) int64, the mean next-token
+        cross-entropy instead (a 0-dim float32 tensor, equal to ``F.cross_entropy(logits.float().flatten(0, 1),
+        targets.flatten())``), computed by the chunked head + loss of :mod:`smallinit.model.loss`, which never
+        holds the full logits and their gradient (under ``torch.compile`` or ``torch.func`` transforms: plain
+        logits + cross-entropy)."""
         cos, sin = self.rope(idx.shape[1])
         h = self.tok_emb(idx)
         for block in self.blocks:
             h = block(h, cos, sin)
-        return self.lm_head(self.norm_f(h))
+        h = self.norm_f(h)
+        if targets is None:
+            return self.lm_head(h)
+        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+            return F.cross_entropy(self.lm_head(h).float().flatten(0, 1), targets.flatten())
+        return linear_cross_entropy(h, self.lm_head.weight, targets)
 
     def aux_loss(self) -> torch.Tensor | None:
         """Sum of the auxiliary (MoE load-balancing and z-) losses of the last forward, or None for dense models."""
