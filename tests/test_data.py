@@ -541,7 +541,12 @@ def test_out_dir_policy(tmp_path):
         _prep([f], tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
     _prep([f], tmp_path / "out")
-    _prep([f, f], tmp_path / "out")  # a previous prepare is replaced
+    with pytest.raises(DataError, match="already holds a prepared data directory"):
+        _prep([f, f], tmp_path / "out")  # runs may use it: replaced only with force
+    _prep([f, f], tmp_path / "out", force=True)  # a previous prepare is replaced
+    with pytest.raises(DataError, match="input"):
+        _prep([tmp_path / "mine"], tmp_path / "mine", force=True)  # never the input
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
     assert [s["name"] for s in TokenData(tmp_path / "out").meta["sources"]] == ["a", "a#2"]
 
 

@@ -79,6 +79,15 @@ def run(args: argparse.Namespace) -> int:
     from smallinit.eval import parse_tasks, results_markdown
     from smallinit.eval.tasks import resolve_data_dir
 
+    from smallinit.errors import ConfigError
+    from smallinit.outputs import check_out_file
+
+    # every check before the work: the output file (not a folder, not the input, writable), counts, tasks
+    check_out_file(args.out, "eval", inputs=[args.ckpt])
+    for name in ("limit", "shots", "batch_size", "max_gen_toks"):
+        v = getattr(args, name)
+        if v is not None and v < (0 if name == "shots" else 1):
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= {0 if name == 'shots' else 1}, got {v}")
     tasks = parse_tasks(args.tasks)  # fail on a bad task name or data dir before loading the model
     resolve_data_dir(args.data_dir)
     model = load_checkpoint(args.ckpt)

@@ -47,7 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="corpora to read (see below)")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="output directory (replaced if it holds a previous prepare)")
+                   help="output directory: new or empty (a previous prepare is replaced only with --force)")
+    p.add_argument("--force", action="store_true",
+                   help="replace DIR if it holds a previous prepare (never a folder that is, holds or lies inside "
+                        "an INPUT); runs trained on the old data would no longer match it")
     p.add_argument("--tokenizer", default="bpe",
                    help="bpe (train byte-level BPE), byte, or a tokenizer.json path (default: bpe)")
     p.add_argument("--vocab-size", type=int, default=8192, help="BPE vocabulary size (default: 8192)")
@@ -91,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             max_bytes=args.max_bytes,
             bpe_sample_bytes=args.bpe_sample_bytes or BPE_SAMPLE_BYTES,
             command=command_line(args),
+            force=args.force,
         )
     finally:
         warnings.showwarning = old_show

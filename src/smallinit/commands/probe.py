@@ -78,6 +78,12 @@ def run(args: argparse.Namespace) -> int:
     from smallinit.io import atomic_write_json
     from smallinit.probes.training import compute_probes, probe_batch
 
+    from smallinit.outputs import check_out_file
+
+    if args.batch_size is not None and args.batch_size <= 0:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.out:  # checked before the work, not after it
+        check_out_file(args.out, "probe", inputs=[args.run_dir])
     ckpt = resolve_checkpoint(args.run_dir, args.ckpt)
     data = read_checkpoint(ckpt)
     cfg = data["config"]

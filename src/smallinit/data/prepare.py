@@ -45,6 +45,7 @@ from smallinit.data.tokenizer import (
 )
 from smallinit.errors import ConfigError, DataError
 from smallinit.io import umask
+from smallinit.outputs import install_dir
 
 META_FORMAT = "smallinit-tokens"
 META_VERSION = 1
@@ -69,12 +70,17 @@ def prepare_corpus(
     max_bytes: int | None = None,
     bpe_sample_bytes: int = BPE_SAMPLE_BYTES,
     command: str | None = None,
+    force: bool = False,
 ) -> dict:
     """Tokenize ``inputs`` into ``out_dir`` and return its meta (also written as ``meta.json``).
 
     ``weights`` (one per input) set the token share of each source (see :mod:`smallinit.data.mixing`);
     ``max_bytes`` caps the text read per source. ``num_workers`` sets RAYON_NUM_THREADS for the
     tokenizers library unless already set (it is read once per process).
+
+    ``out_dir`` follows the output-folder policy (:mod:`smallinit.outputs`): absent or empty, or a previous
+    prepared data directory replaced only with ``force`` (runs trained on it would otherwise be silently
+    paired with another tokenizer); never an input, a folder holding one or one inside one.
     """
     t_start = time.time()
     inputs = list(inputs)
@@ -88,7 +94,7 @@ def prepare_corpus(
         s.name = name
         s.open(text_field)  # hf: fail now when offline or malformed, before any work
     out = Path(out_dir)
-    _check_out_dir(out)
+    plan = _check_out_dir(out, inputs, tok_path, force)
     os.environ.setdefault("RAYON_NUM_THREADS", str(num_workers))
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -164,7 +170,11 @@ def prepare_corpus(
         with open(tmp / "meta.json", "w", encoding="utf-8") as f:
             json.dump(meta, f, indent=1, ensure_ascii=False)
             f.write("\n")
-        _install(tmp, out)
+        install_dir(tmp, plan)
+    except OSError as e:  # a full disk, a folder made read-only meanwhile: one line, nothing left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise DataError(f"{out}: could not write the prepared data ({e.strerror or e}"
+                        f"{': ' + str(e.filename) if getattr(e, 'filename', None) else ''}); nothing was changed")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -205,24 +215,18 @@ def _is_prepared(d: Path) -> bool:
         return False
 
 
-def _check_out_dir(out: Path) -> None:
-    """DIR may be absent, empty, or a previous prepare output (replaced); anything else is refused."""
-    if out.exists() and not out.is_dir():
-        raise DataError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not _is_prepared(out):
-        raise DataError(f"{out}: directory exists, is not empty and is not a prepared data directory; refusing")
+def _check_out_dir(out: Path, inputs: list[str], tok_path: Path | None, force: bool):
+    """The output-folder policy (:mod:`smallinit.outputs`) for DIR; DataError naming the reason."""
+    from smallinit.outputs import check_out_dir
 
-
-def _install(tmp: Path, out: Path) -> None:
-    """Rename the finished ``tmp`` to ``out``; a previous output is moved aside first, then removed."""
-    _check_out_dir(out)
-    old = None
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    paths = [Path(i[3:].rsplit(":", 1)[0]) if i.startswith("hf:/") else Path(i)
+             for i in inputs if not i.startswith(("builtin:", "hf:")) or i.startswith("hf:/")]
+    if tok_path is not None:
+        paths.append(Path(tok_path))
+    try:
+        return check_out_dir(out, "data", inputs=[p for p in paths if p.exists()], force=force, verb="prepare")
+    except ConfigError as e:
+        raise DataError(f"{e}; refusing") from None
 
 
 def _api_command(inputs, out_dir, tokenizer, vocab_size, val_fraction, weights, text_field, seed, max_bytes) -> str:

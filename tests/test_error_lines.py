@@ -1,0 +1,100 @@
+"""Every verb against bad inputs: exactly one ``error:`` line on stderr, exit status 2, no traceback, and
+nothing written. The cases are the ones a new user with messy inputs hit (issue #20): missing inputs, an
+output that is a file or a folder, zero or negative counts, a disk that fills up."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_overrides
+from smallinit.cli import main as cli
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, token_dir) -> Path:
+    out = tmp_path_factory.mktemp("errs") / "run"
+    assert cli(["train", "--config", "tiny", "--out", str(out),
+                *tiny_overrides(token_dir, **{"train.max_steps": 2, "model.gate": "none"})]) == 0
+    return out
+
+
+def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]:
+    afile = tmp / "afile.txt"
+    afile.write_text("not a folder\n")
+    adir = tmp / "adir"
+    adir.mkdir(exist_ok=True)
+    missing = str(tmp / "missing")
+    yaml_task = tmp / "t.yaml"
+    yaml_task.write_text("file: x.jsonl\nquestion: q\nchoices: c\nlabel: l\n")
+    return [
+        ("prepare: missing input", ["prepare", missing, "--out", str(tmp / "p1")]),
+        ("prepare: output is a file", ["prepare", str(afile), "--out", str(afile), "--tokenizer", "byte"]),
+        ("prepare: output is its own input", ["prepare", str(adir), "--out", str(adir), "--tokenizer", "byte", "--force"]),
+        ("train: missing data", ["train", "--config", "tiny", "--out", str(tmp / "t1"), f"data.path={missing}"]),
+        ("train: output onto a file", ["train", "--config", "tiny", "--out", str(afile), *tiny_overrides(token_dir)]),
+        ("train: resume of nothing", ["train", "--resume", missing]),
+        ("train: zero max-steps", ["train", "--resume", str(run), "--max-steps", "0"]),
+        ("train: max-steps without resume", ["train", "--config", "tiny", "--out", str(tmp / "t2"), "--max-steps", "3"]),
+        ("eval: out is a folder", ["eval", str(run), "--tasks", str(yaml_task), "--out", str(adir)]),
+        ("eval: out onto a non-result file", ["eval", str(run), "--tasks", str(yaml_task), "--out", str(afile)]),
+        ("eval: zero batch size", ["eval", str(run), "--tasks", str(yaml_task), "--out", str(tmp / "r.json"),
+                                   "--batch-size", "0"]),
+        ("eval: missing checkpoint", ["eval", missing, "--tasks", str(yaml_task), "--out", str(tmp / "r.json")]),
+        ("probe: out is a folder", ["probe", str(run), "--out", str(adir)]),
+        ("probe: negative batch", ["probe", str(run), "--batch-size", "-1"]),
+        ("probe: missing run", ["probe", missing]),
+        ("export: missing run", ["export", missing, "--to", "hf", str(tmp / "e1")]),
+        ("export: onto the run", ["export", str(run), "--to", "hf", str(run), "--force"]),
+        ("export: onto a file", ["export", str(run), "--to", "hf", str(afile)]),
+        ("import-hf: missing folder", ["import-hf", missing, "--out", str(tmp / "i1")]),
+        ("import-hf: not an HF folder", ["import-hf", str(adir), "--out", str(tmp / "i2")]),
+        ("doctor: missing run", ["doctor", missing]),
+        ("plot: missing run", ["plot", missing]),
+        ("compare: missing runs", ["compare", missing, missing, "--out", str(tmp / "c1")]),
+        ("scaling: missing runs", ["scaling", missing, "--out", str(tmp / "s1")]),
+        ("sweep: missing spec", ["sweep", missing, "--out", str(tmp / "w1")]),
+        ("reproduce: bad corpus", ["reproduce", "--preset", "test", "--corpus", missing, "--out", str(tmp / "rp")]),
+    ]
+
+
+def test_every_verb_fails_with_one_error_line(run, token_dir, tmp_path, capsys):
+    before = sorted(p.name for p in run.iterdir())
+    bad = []
+    for label, argv in _cases(run, token_dir, tmp_path):
+        capsys.readouterr()
+        try:
+            rc = cli(argv)
+        except SystemExit as e:  # argparse's own usage errors exit 2 with one "error:" line too
+            rc = e.code
+        except BaseException as e:  # noqa: BLE001 - a traceback is exactly what this test forbids
+            bad.append(f"{label}: raised {type(e).__name__}: {e}")
+            continue
+        err = capsys.readouterr().err
+        errors = [l for l in err.splitlines() if "error:" in l]
+        if rc != 2 or len(errors) != 1 or "Traceback" in err:
+            bad.append(f"{label}: rc={rc}, stderr={err.strip()[-300:]!r}")
+    assert not bad, "\n".join(bad)
+    assert sorted(p.name for p in run.iterdir()) == before  # nothing was written into the run
+    assert (tmp_path / "afile.txt").read_text() == "not a folder\n"
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name not in ("afile.txt", "adir", "t.yaml")]
+    assert leftovers == [], leftovers  # no folder left behind by a refused command
+
+
+def test_disk_full_during_prepare_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    import smallinit.data.prepare as prep
+
+    src = tmp_path / "a.txt"
+    src.write_text("hello world, some text to tokenize. " * 200)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out" / "train.bin"))
+
+    monkeypatch.setattr(prep, "_write_splits", full)
+    assert cli(["prepare", str(src), "--out", str(tmp_path / "out"), "--tokenizer", "byte", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert [l for l in err.splitlines() if l.startswith("error:")] and "No space left" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]  # no output, no temporary folder
