@@ -70,6 +70,21 @@ def margins(fig: Any, top: float = 0.75, bottom: float = 0.5, left: float = 0.6,
                         hspace=hspace, wspace=wspace)
 
 
+def finish_axes(ax: Any, xlabel: str, ylabel: str, title: str = "", *, title_size: float = 10,
+                legend: float | None = 8, xscale: str | None = None, grid: bool = True) -> None:
+    """The usual decoration of a one-axes figure: axis labels, title, optional x scale, legend (its font size;
+    None: no legend) and a light grid."""
+    if xscale:
+        ax.set_xscale(xscale)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=title_size)
+    if legend:
+        ax.legend(fontsize=legend)
+    if grid:
+        ax.grid(alpha=0.3)
+
+
 # ---- the HTML page -------------------------------------------------------------------------------------
 
 CSS = """
@@ -196,5 +211,5 @@ def plot_scaling(path: str | os.PathLike, baseline: Sequence[tuple[float, float]
     return save_png(fig, path)
 
 
-__all__ = ["CSS", "DPI", "color", "html_page", "margins", "panel_grid", "plot_delta_by_bin", "plot_scaling",
+__all__ = ["CSS", "DPI", "color", "finish_axes", "html_page", "margins", "panel_grid", "plot_delta_by_bin", "plot_scaling",
            "plot_scatter", "pyplot", "save_png", "write_html"]

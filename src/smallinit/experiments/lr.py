@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from smallinit.figures import pyplot, save_png
+from smallinit.figures import finish_axes, pyplot, save_png
 from smallinit.rundir import collect_run, read_json, run_state
 
 
@@ -60,12 +60,9 @@ def plot_lr_sweep(out: Path, name: str, lr_tables: dict[str, dict[str, Any]]) ->
     if not drawn:
         plt.close(fig)
         return None
-    ax.set_xscale("log")
-    ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("final tune_loss")
-    ax.set_title("learning-rate sweep (each arm keeps its minimum)", fontsize=10)
+    finish_axes(ax, "peak learning rate", "final tune_loss", "learning-rate sweep (each arm keeps its minimum)",
+                legend=None, xscale="log")
     ax.legend(fontsize=6, ncol=2)
-    ax.grid(alpha=0.3)
     save_png(fig, Path(out) / name)
     return name
 

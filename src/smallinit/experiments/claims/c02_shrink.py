@@ -10,6 +10,7 @@ from typing import Any
 
 from smallinit.experiments.claims.context import ClaimContext, fmt, fmt_ci
 from smallinit.experiments.claims.plots import pyplot, save
+from smallinit.figures import finish_axes
 from smallinit.experiments.claims.rules import (INCONCLUSIVE, Effect, Verdict, combine, difference,
                                                 lower_is_better_effect)
 from smallinit.experiments.presets import BASELINE, PAPER, Arm, Preset, arm
@@ -88,10 +89,5 @@ def plot_advantage(out: Path, name: str, adv: dict[str, dict[float, Any]], title
         plt.close(fig)
         return None
     ax.axhline(0, color="k", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("non-embedding parameters")
-    ax.set_ylabel("loss(γ=0.5) − loss(γ=1)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    finish_axes(ax, "non-embedding parameters", "loss(γ=0.5) − loss(γ=1)", title, xscale="log")
     return save(fig, out, name)

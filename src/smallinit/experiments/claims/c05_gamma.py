@@ -11,6 +11,7 @@ import numpy as np
 
 from smallinit.experiments.claims.context import ClaimContext, fmt, fmt_lr
 from smallinit.experiments.claims.plots import pyplot, save
+from smallinit.figures import finish_axes
 from smallinit.experiments.claims.rules import (INCONCLUSIVE, Verdict, is_finite, combine, half_width, interval_effect,
                                                 lower_is_better_effect, seed_spread)
 from smallinit.experiments.presets import Arm, Preset, arm
@@ -94,8 +95,5 @@ def plot_gamma(out: Path, name: str, losses: dict[float, list[float]], title: st
     for g in bad:
         ax.axvline(g, color="C3", ls=":", lw=1)
     ax.axvline(1.0, color="gray", ls="--", lw=0.8)
-    ax.set_xlabel("γ (σ = d_in^−γ)" + (" — dotted: diverged/failed" if bad else ""))
-    ax.set_ylabel("final val loss")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
+    finish_axes(ax, "γ (σ = d_in^−γ)" + (" — dotted: diverged/failed" if bad else ""), "final val loss", title, legend=None)
     return save(fig, out, name)

@@ -11,6 +11,7 @@ import numpy as np
 
 from smallinit.experiments.claims.context import ClaimContext
 from smallinit.experiments.claims.plots import plot_probe_series, pyplot, save
+from smallinit.figures import finish_axes
 from smallinit.experiments.claims.rules import INCONCLUSIVE, Verdict, is_finite, combine, paired_effect
 from smallinit.experiments.presets import Arm, Preset, arm
 
@@ -112,11 +113,8 @@ def plot_srank(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], ti
     if not drawn:
         plt.close(fig)
         return None
-    ax.set_xlabel("step")
-    ax.set_ylabel("stable rank / stable rank at init")
-    ax.set_title(title + "\n(thin lines: one matrix type each)", fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    finish_axes(ax, "step", "stable rank / stable rank at init", title + "\n(thin lines: one matrix type each)",
+                title_size=9)
     return save(fig, out, name)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from smallinit.experiments.anchor import ANSWER_KINDS
 from smallinit.experiments.claims.context import ClaimContext, anchor_name, fmt_lr
 from smallinit.experiments.claims.plots import pyplot, save
+from smallinit.figures import finish_axes
 from smallinit.experiments.claims.rules import Verdict, higher_is_better_effect, proportion_gap_ci
 from smallinit.experiments.presets import AnchorArm, Preset
 
@@ -75,12 +76,8 @@ def plot_anchor_curves(out: Path, name: str, groups: dict[str, list[dict[str, An
     if not drawn:
         plt.close(fig)
         return None
-    ax.set_xlabel("step")
-    ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title("Claim 9: anchor task accuracy (held-out pairs (3,4), (4,3))", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    finish_axes(ax, "step", "accuracy", "Claim 9: anchor task accuracy (held-out pairs (3,4), (4,3))")
     return save(fig, out, name)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from smallinit.figures import pyplot, save_png
+from smallinit.figures import finish_axes, pyplot, save_png
 from smallinit.rundir import read_metrics, summarize_probe_record
 
 
@@ -35,11 +35,7 @@ def plot_loss_curves(out: Path, name: str, groups: dict[str, list[Path]], title:
     if not drawn:
         plt.close(fig)
         return None
-    ax.set_xlabel("tokens")
-    ax.set_ylabel("loss (val: markers; train: faint)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    finish_axes(ax, "tokens", "loss (val: markers; train: faint)", title)
     return save(fig, out, name)
 
 
@@ -58,11 +54,7 @@ def plot_probe_series(out: Path, name: str, groups: dict[str, list[dict[str, Any
     if not drawn:
         plt.close(fig)
         return None
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    finish_axes(ax, "step", ylabel, title)
     return save(fig, out, name)
 
 
