@@ -37,9 +37,9 @@ def test_the_rule_has_three_outcomes():
 
 
 @pytest.mark.parametrize("variant,baseline,boot,expected", [
-    ([3.50, 3.52], [3.70, 3.71], None, SUPPORTED),           # clear: gap 0.195 > seed spread 0.02
-    ([3.80, 3.81], [3.60, 3.62], None, NOT_SUPPORTED),       # reversed, beyond the spread
-    ([3.60, 3.70], [3.64, 3.69], None, INCONCLUSIVE),        # gap 0.015 inside the spread 0.1
+    ([3.50, 3.52], [3.70, 3.71], None, SUPPORTED),           # paired diffs 0.20, 0.19: t half-width 0.064
+    ([3.80, 3.81], [3.60, 3.62], None, NOT_SUPPORTED),       # reversed, beyond the t-interval
+    ([3.60, 3.70], [3.64, 3.69], None, INCONCLUSIVE),        # diffs +0.04, −0.01
     ([3.50], [3.70], 0.05, SUPPORTED),                       # one seed: the bootstrap interval decides
     ([3.50], [3.70], 0.30, INCONCLUSIVE),
     ([3.50], [3.70], None, INCONCLUSIVE),                    # one seed, no bootstrap: no verdict
@@ -51,10 +51,28 @@ def test_lower_loss_claim(variant, baseline, boot, expected):
     assert v.effects[0].value == pytest.approx(np.mean(baseline) - np.mean(variant))
 
 
-def test_seed_spread_interval_is_the_largest_range():
-    e = lower_is_better_effect("l", [1.0, 1.3], [2.0, 2.1])
-    assert e.value == pytest.approx(0.9)
-    assert (e.lo, e.hi) == (pytest.approx(0.6), pytest.approx(1.2))
+def test_two_seed_interval_is_a_paired_t_interval_not_the_range():
+    """Seed-paired differences 0.10 and 0.14 with arms whose seed spread is 0.04: the old rule (effect ± range over
+    seeds) gave [+0.08, +0.16] → "supported"; the 95% t-interval with 1 degree of freedom is ±0.254."""
+    variant, baseline = [3.50, 3.46], [3.60, 3.60]
+    old_half = max(max(variant) - min(variant), max(baseline) - min(baseline))
+    assert 0.12 - old_half > 0  # the old rule's verdict would have been "supported"
+    e = lower_is_better_effect("l", variant, baseline)
+    assert e.value == pytest.approx(0.12)
+    assert e.hi - e.value == pytest.approx(12.706 * 0.028284 / math.sqrt(2), rel=1e-3)
+    assert e.verdict == INCONCLUSIVE
+
+
+def test_seed_noise_floor_pools_the_seed_variance_and_bounds_one_seed_verdicts():
+    from smallinit.experiments.claims.rules import seed_noise_floor
+
+    assert seed_noise_floor([[1.0], [2.0]]) is None  # no arm with two seeds: no floor
+    # s² = (0.005² · 2 + 0.01² · 2) / 2 → s = 0.0079; floor = 1.96 · √2 · s
+    floor = seed_noise_floor([[1.00, 1.01], [2.00, 2.02]])
+    assert floor == pytest.approx(1.96 * math.sqrt(2) * math.sqrt((2 * 0.005 ** 2 + 2 * 0.01 ** 2) / 2))
+    # a one-seed gap of 0.02 with a tight token bootstrap (±0.005) is below this floor: inconclusive
+    assert lower_is_better_effect("l", [3.50], [3.52], max(0.005, floor)).verdict == INCONCLUSIVE
+    assert lower_is_better_effect("l", [3.50], [3.52], 0.005).verdict == SUPPORTED
 
 
 def test_paired_bootstrap_over_units():

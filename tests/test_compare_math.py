@@ -207,3 +207,39 @@ def test_compare_token_scores_rejects_bad_input() -> None:
         compare_token_scores([-math.inf], [-1.0])
     with pytest.raises(ValueError, match="sources"):
         compare_token_scores([-1.0, -2.0], [-1.0, -2.0], sources=["en"])
+
+
+def test_reference_binning_shows_no_trend_where_mean_difficulty_binning_invents_one():
+    """Two models of EQUAL mean loss, B's per-token losses noisier: binning by (ℓ_A + ℓ_B)/2 puts B's lucky tokens
+    in the easy bin and its unlucky ones in the extreme bin (a spurious trend); binning by an independent
+    reference model's loss (DESIGN: 'Token bins by an independent reference') shows none."""
+    from smallinit.compare import compare_token_scores
+
+    rng = np.random.default_rng(0)
+    n = 20_000
+    true = rng.uniform(3.0, 8.0, n)  # per-token difficulty shared by every model
+    loss_a = np.maximum(true + rng.normal(0, 0.3, n), 1e-3)
+    loss_b = np.maximum(true + rng.normal(0, 1.0, n), 1e-3)  # equal mean, noisier
+    loss_ref = np.maximum(true + rng.normal(0, 0.6, n), 1e-3)
+    old = compare_token_scores(-loss_a, -loss_b, n_boot=200)
+    new = compare_token_scores(-loss_a, -loss_b, n_boot=200, reference_logp=-loss_ref)
+    old_d = [b["delta_sym"]["mean"] for b in old["bins"]]
+    new_d = [b["delta_sym"]["mean"] for b in new["bins"]]
+    assert old_d[0] < -0.1 and old_d[-1] > 0.1  # the artefact: B "wins" easy tokens, A "wins" extreme ones
+    assert max(abs(d) for d in new_d) < 0.03  # no trend by the independent reference
+    assert abs(new_d[0] - new_d[-1]) < 0.04
+    assert [b["name"] for b in new["bins_mean_difficulty"]] == [b["name"] for b in old["bins"]]
+    assert new["difficulty"].startswith("reference")
+
+
+def test_window_bootstrap_is_wider_than_token_bootstrap_when_windows_share_context():
+    from smallinit.compare import compare_token_scores
+
+    rng = np.random.default_rng(1)
+    win = np.repeat(np.arange(40), 64)
+    shift = rng.normal(0, 0.5, 40)[win]  # A is better in some windows, worse in others
+    loss_b = rng.uniform(1, 5, win.size)
+    loss_a = np.maximum(loss_b - shift + rng.normal(0, 0.05, win.size), 1e-3)
+    tok = compare_token_scores(-loss_a, -loss_b, n_boot=300)["overall"]["loss_gain"]["ci95"]
+    byw = compare_token_scores(-loss_a, -loss_b, n_boot=300, windows=win)["overall"]["loss_gain"]["ci95"]
+    assert (byw[1] - byw[0]) > 4 * (tok[1] - tok[0])

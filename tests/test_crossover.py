@@ -177,3 +177,25 @@ def test_out_dir_with_another_spec_or_foreign_files_is_refused(token_dir, tmp_pa
     with pytest.raises(ConfigError, match="baseline"):
         run_crossover(spec, tmp_path / "new")
     assert not (tmp_path / "new").exists()  # a failed check leaves no folder behind
+
+
+def test_adding_an_arm_continues_but_changing_one_is_refused(token_dir, tmp_path):
+    from smallinit.errors import RunDirError
+    from smallinit.experiments.crossover import _check_out
+    from smallinit.io import atomic_write_json
+
+    out = tmp_path / "x"
+    out.mkdir()
+    spec = _spec(token_dir)
+    atomic_write_json(out / "crossover.spec.json", spec.to_dict())
+    more = _spec(token_dir)
+    more.arms["gate-only"] = ["model.gamma=0.5", "model.gate=elementwise"]
+    _check_out(out, more)  # adds an arm: accepted
+    changed = _spec(token_dir)
+    changed.arms["small"] = ["model.gamma=1.25"]
+    with pytest.raises(RunDirError, match="arm small"):
+        _check_out(out, changed)
+    fewer_tokens = _spec(token_dir)
+    fewer_tokens.tokens //= 2
+    with pytest.raises(RunDirError, match="tokens"):
+        _check_out(out, fewer_tokens)

@@ -588,8 +588,14 @@ def compare_models(
     n_boot: int = 1000,
     bos: bool | None = None,
     device: str = "cpu",
+    by_window: bool = False,
+    reference: str | Path | None = None,
 ) -> dict:
     """Token-level comparison of variant A against baseline B (DESIGN.md §2, "Token-level gap").
+
+    ``by_window``: intervals by a bootstrap over the scored windows (tokens of one window are not independent).
+    ``reference``: a third run (neither A nor B, e.g. a second seed of the baseline) scored on the same positions;
+    the primary bins are then its loss quantiles, the (ℓ_A + ℓ_B)/2 bins a secondary table.
 
     Scores both models on the same held-out positions (:func:`score_models`, float32), then
     Δ_sym = (p_A − p_B)/(p_A + p_B) and ℓ_B − ℓ_A per difficulty bin ((ℓ_A + ℓ_B)/2 quantiles),
@@ -599,7 +605,15 @@ def compare_models(
     """
     scores = score_models(run_a, run_b, data_dir=data_dir, tokens=tokens, seq_len=seq_len,
                           batch_size=batch_size, bos=bos, device=device)
-    return summarize_scores(scores, n_bins=n_bins, by_source=by_source, seed=seed, n_boot=n_boot)
+    ref = None
+    if reference is not None:
+        ref = score_models(reference, run_b, data_dir=data_dir, tokens=tokens, seq_len=seq_len,
+                           batch_size=batch_size, bos=bos, device=device)
+    res = summarize_scores(scores, n_bins=n_bins, by_source=by_source, seed=seed, n_boot=n_boot, reference=ref,
+                           by_window=by_window)
+    if reference is not None:
+        res["setup"]["reference"] = str(reference)
+    return res
 
 
 def _decode(tokenizer: Any, ids: np.ndarray) -> str:

@@ -256,7 +256,9 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[P
 
 
 def _check_out(out: Path, spec: CrossoverSpec) -> None:
-    """OUT must be new, empty, or a crossover of the same spec (which is then continued)."""
+    """OUT must be new, empty, or a crossover of the same spec, which is then continued. A spec that only adds arms
+    (every earlier arm kept with the same overrides, everything else equal) continues it too: new arms train, old
+    runs are reused."""
     if out.exists() and not out.is_dir():
         raise RunDirError(f"--out {out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()):
@@ -267,10 +269,12 @@ def _check_out(out: Path, spec: CrossoverSpec) -> None:
             old = json.loads(p.read_text())
         except ValueError:
             raise RunDirError(f"{p} is damaged; choose a new --out") from None
-        if old != json.loads(json.dumps(spec.to_dict())):
-            diff = [k for k in spec.to_dict() if old.get(k) != json.loads(json.dumps(spec.to_dict()[k]))]
+        new = json.loads(json.dumps(spec.to_dict()))
+        diff = [k for k in new if k != "arms" and old.get(k) != new[k]]
+        diff += [f"arm {a}" for a, ov in (old.get("arms") or {}).items() if new["arms"].get(a) != ov]
+        if diff:
             raise RunDirError(f"{out} holds a crossover with another spec ({', '.join(diff)} differ); "
-                              "choose a new --out or repeat the same command to continue it")
+                              "choose a new --out, or repeat the same command (arms may be added) to continue it")
 
 
 def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int = 1, threads: int = 0,

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from smallinit.experiments.claims import registry
 from smallinit.experiments.claims.context import ClaimContext, anchor_name, make_result, run_name
-from smallinit.experiments.claims.rules import INCONCLUSIVE, RULE, Verdict
+from smallinit.experiments.claims.rules import INCONCLUSIVE, RULE, Verdict, seed_noise_floor
 from smallinit.experiments.cost import default_threads, fmt_seconds, measure_anchor_gflops, measure_gflops
 from smallinit.experiments.lr import plot_lr_sweep, select_anchor_lr, select_lr
 from smallinit.experiments.plan import (Plan, anchor_config, check_corpus, describe_plan, ensure_corpus, lm_config,
@@ -141,19 +141,41 @@ def analyse(rep: Reproduction, plan: Plan, chosen: dict[str, float | None]) -> l
     """Every registered claim's result (not-run claims included), in order; also written to OUT/claims.json.
     A claim whose analysis raises is reported inconclusive with the error, the others go on."""
     out = []
+    floor, floor_arms = noise_floor(rep.out, plan, chosen)
     for cid, mod in registry().items():
         if cid not in plan.arms:
             out.append(make_result(cid, mod.CLAIM, "", None, ran=False))
             continue
-        ctx = ClaimContext(cid, mod.CLAIM, rep.out, rep.p, plan.arms[cid], chosen, plan.seeds, plan.costs, rep.log)
+        ctx = ClaimContext(cid, mod.CLAIM, rep.out, rep.p, plan.arms[cid], chosen, plan.seeds, plan.costs, rep.log,
+                           noise_floor=floor)
         try:
             out.append(mod.analyse(ctx))
         except Exception as e:  # noqa: BLE001 - one broken analysis must not lose the whole report
             rep.log(f"[reproduce] claim {cid}: analysis failed: {type(e).__name__}: {e}")
             out.append(make_result(cid, mod.CLAIM, "analysis failed",
                                    Verdict(INCONCLUSIVE, notes=[f"{type(e).__name__}: {e}"])))
-    atomic_write_json(rep.out / "claims.json", {"preset": rep.p.name, "rule": RULE, "claims": out})
+    atomic_write_json(rep.out / "claims.json", {"preset": rep.p.name, "rule": RULE, "claims": out,
+                                                "noise_floor": {"nats": floor, "from": floor_arms}})
     return out
+
+
+def noise_floor(out: Path, plan: Plan, chosen: dict[str, float | None]) -> tuple[float | None, list[str]]:
+    """The preset's seed-noise floor (:func:`~smallinit.experiments.claims.rules.seed_noise_floor`) from the final
+    validation losses of every LM arm that finished ≥ 2 seeds at its chosen learning rate, and those arms' keys."""
+    from smallinit.rundir import collect_run, run_state
+
+    groups, keys = [], []
+    for a in plan.lm_arms:
+        lr = chosen.get(a.key)
+        if lr is None or plan.seeds.get(a.key, 1) < 2:
+            continue
+        dirs = [out / "runs" / run_name(a, lr, s) for s in range(plan.seeds[a.key])]
+        losses = [collect_run(d).get("final_val_loss") for d in dirs if run_state(d) == "done"]
+        losses = [x for x in losses if x is not None]
+        if len(losses) >= 2:
+            groups.append(losses)
+            keys.append(a.key)
+    return seed_noise_floor(groups), keys
 
 
 def regime_rows(out: Path, plan: Plan, chosen: dict[str, float | None]) -> list[dict[str, Any]]:

@@ -48,6 +48,9 @@ class ClaimContext:
     seeds: dict[str, int] = field(default_factory=dict)
     costs: dict[str, dict[str, float]] = field(default_factory=dict)
     log: Callable[[str], None] = print
+    noise_floor: float | None = None
+    """The preset's seed-noise floor (nats; :func:`~smallinit.experiments.claims.rules.seed_noise_floor`), which a
+    one-seed loss difference must exceed; None when the preset has no multi-seed arm."""
 
     @property
     def p(self) -> Preset:
@@ -103,14 +106,16 @@ class ClaimContext:
         return f"both at learning rate {fmt_lr(self.p.lrs[0])} (fixed in this preset, not tuned per arm)"
 
     # -- comparisons
-    def compare(self, variant: Arm, baseline: Arm) -> dict[str, Any] | None:
-        """Token-level comparison of the two arms' seed-0 runs (smallinit.compare.compare_models; cached in
-        OUT/compare/ until a run is newer). None when a run is missing or the comparison fails."""
+    def compare(self, variant: Arm, baseline: Arm, reference: Path | None = None) -> dict[str, Any] | None:
+        """Token-level comparison of the two arms' seed-0 runs (smallinit.compare.compare_models, intervals by a
+        bootstrap over windows; ``reference``: a third run whose loss quantiles give the primary bins), cached in
+        OUT/compare/ until a run is newer. None when a run is missing or the comparison fails."""
         ra, rb = self.runs(variant), self.runs(baseline)
         if not ra or not rb:
             return None
-        path = self.out / "compare" / f"{ra[0].name}__vs__{rb[0].name}.json"
-        newest_run = max((r / "summary.json").stat().st_mtime for r in (ra[0], rb[0]))
+        ref = f"__ref__{reference.name}" if reference is not None else ""
+        path = self.out / "compare" / f"{ra[0].name}__vs__{rb[0].name}{ref}.windows.json"
+        newest_run = max((r / "summary.json").stat().st_mtime for r in (ra[0], rb[0], *([reference] if ref else [])))
         if path.is_file() and path.stat().st_mtime >= newest_run:
             cached = read_json(path)
             if cached is not None:
@@ -118,7 +123,8 @@ class ClaimContext:
         from smallinit.compare import compare_models
 
         try:
-            res = compare_models(ra[0], rb[0], tokens=self.p.compare_tokens, n_boot=1000)
+            res = compare_models(ra[0], rb[0], tokens=self.p.compare_tokens, n_boot=1000, by_window=True,
+                                 reference=reference)
         except Exception as e:  # noqa: BLE001 - a failed comparison makes the claim inconclusive, not the report
             self.log(f"[reproduce] compare {ra[0].name} vs {rb[0].name} failed: {e}")
             return None
@@ -126,10 +132,18 @@ class ClaimContext:
         return res
 
     def loss_hw(self, variant: Arm, baseline: Arm) -> float | None:
-        """Half-width of the paired bootstrap 95% interval of the token-level loss gain between two arms."""
+        """Half-width of the 95% interval of a one-seed loss difference between two arms: the paired bootstrap
+        over windows of the token-level loss gain, and at least the preset's seed-noise floor (None when the
+        floor is unknown: one seed says nothing about training noise). With ≥ 2 seeds per arm the t-interval of
+        :func:`~smallinit.experiments.claims.rules.lower_is_better_effect` decides and this only widens it."""
         res = self.compare(variant, baseline)
         ci = (((res or {}).get("overall") or {}).get("loss_gain") or {}).get("ci95")
-        return (ci[1] - ci[0]) / 2 if ci else None
+        boot = (ci[1] - ci[0]) / 2 if ci else None
+        if min(len(self.runs(variant)), len(self.runs(baseline))) >= 2:
+            return boot
+        if self.noise_floor is None or boot is None:
+            return None
+        return max(boot, self.noise_floor)
 
     # -- the result
     def result(self, measured: str, verdict: Verdict | None, *, plots: list[str | None] | None = None,

@@ -10,12 +10,19 @@ that > 0 means "as the paper says" (e.g. baseline loss − variant loss), with a
 - **inconclusive**   otherwise (the interval contains 0: the effect is inside the noise), or when no
   noise estimate exists (one seed and no bootstrap).
 
-Intervals (:func:`noise_half_width`): half-width h = the largest of the available noise estimates —
-the **spread over seeds** (max − min across seeds, the larger of the two arms; needs ≥ 2 seeds in an arm)
-and a **bootstrap 95% interval** (its half-width; paired over token positions, layers, matrices or test
-examples, as each claim states). Interval = [effect − h, effect + h]. A difference of two independent
-effects has h = sqrt(h1² + h2²). A claim with several parts (:func:`combine`) is supported when every
-part is, not supported when any part is not supported, and inconclusive otherwise.
+Intervals of a loss or accuracy difference between two arms (:func:`lower_is_better_effect`), DESIGN.md §2:
+
+- **k ≥ 2 seeds** in both arms: a 95% **t-interval over the seed-paired differences** (same seed = same batches),
+  mean(d) ± t_{k−1, 0.975}·sd(d)/√k (:func:`smallinit.stats.paired_t_interval`; with 2 seeds ≈ 4× wider than the
+  range over seeds that earlier versions used), widened to the bootstrap half-width when that is larger;
+- **one seed**: the bootstrap 95% half-width over *windows* of the token-level gain, and never less than the
+  preset's **seed-noise floor** (:func:`seed_noise_floor`, measured once per preset from its multi-seed arms):
+  an effect must exceed both evaluation noise and training noise. No floor measured → no interval (inconclusive).
+
+Other effects use a bootstrap 95% interval over their own units (layers, matrices, test examples, as each claim
+states). A difference of two independent effects has h = sqrt(h1² + h2²). A claim with several parts
+(:func:`combine`) is supported when every part is, not supported when any part is not supported, and
+inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -32,8 +39,9 @@ INCONCLUSIVE = "inconclusive"
 NOT_RUN = "not run in this preset"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_RUN)
 
-RULE = ("supported when the effect's interval lies entirely above 0; not supported when entirely below 0; "
-        "inconclusive otherwise. Interval = effect ± max(spread over seeds, bootstrap 95% half-width).")
+RULE = ("supported when the effect's 95% interval lies entirely above 0; not supported when entirely below 0; "
+        "inconclusive otherwise. Loss differences: a t-interval over seed-paired differences with ≥ 2 seeds; with "
+        "one seed, the bootstrap over windows widened to the preset's seed-noise floor.")
 
 
 @dataclass
@@ -129,16 +137,47 @@ def difference(label: str, e1: Effect, e2: Effect) -> Effect:
     return interval_effect(label, e1.value - e2.value, h, "combined: sqrt(h1² + h2²)")
 
 
+def seed_noise_floor(groups: Sequence[Sequence[float]], z: float = 1.96) -> float | None:
+    """The seed-noise floor of a one-seed comparison: z·√2·s, s = the pooled standard deviation over seeds,
+    s² = Σ_g Σ_i (x_gi − mean_g)² / Σ_g (k_g − 1), over every group (one arm's final losses at its seeds) with
+    k_g ≥ 2 — the 95% half-width of a difference between two arms trained with one seed each, if s were exact
+    (from few seeds s is itself uncertain: the floor is a minimum, not a full interval). None without such a group."""
+    ss, df = 0.0, 0
+    for g in groups:
+        x = [float(v) for v in g if is_finite(v)]
+        if len(x) >= 2:
+            ss += float(np.sum((np.asarray(x) - np.mean(x)) ** 2))
+            df += len(x) - 1
+    if df == 0:
+        return None
+    return z * math.sqrt(2.0) * math.sqrt(ss / df)
+
+
 def lower_is_better_effect(label: str, variant: Sequence[float], baseline: Sequence[float],
                            boot_hw: float | None = None) -> Effect:
     """Effect of a variant on a lower-is-better metric (a loss): mean(baseline) − mean(variant) (> 0: the
-    variant is better), interval from the spread over seeds and/or a bootstrap half-width."""
+    variant is better). ``variant[i]`` and ``baseline[i]`` are seed i. With ≥ 2 seed pairs: the 95% t-interval
+    of the seed-paired differences baseline_i − variant_i, widened to ``boot_hw`` when that is larger; with one
+    seed: ± ``boot_hw`` (the caller folds the preset's seed-noise floor into it, see ClaimContext.loss_hw)."""
+    from smallinit.stats import paired_t_interval
+
     v = [x for x in variant if is_finite(x)]
     b = [x for x in baseline if is_finite(x)]
     if not v or not b:
         return Effect(label, None, noise="a run is missing or diverged")
-    h, note = noise_half_width(seed_spread(v, b), boot_hw)
-    return interval_effect(label, float(np.mean(b) - np.mean(v)), h, note)
+    value = float(np.mean(b) - np.mean(v))
+    k = min(len(v), len(b))
+    if k >= 2:
+        t = paired_t_interval([b[i] - v[i] for i in range(k)])
+        half = (t.hi - t.lo) / 2
+        note = f"95% t-interval over {k} seed-paired differences (±{half:.3g})"
+        if is_finite(boot_hw) and boot_hw > half:
+            half, note = float(boot_hw), note + f", widened to the bootstrap ±{boot_hw:.3g}"
+        return interval_effect(label, value, half, note)
+    if not is_finite(boot_hw):
+        return Effect(label, value, noise="one seed and no noise estimate")
+    return interval_effect(label, value, boot_hw, f"one seed: ±{boot_hw:.3g} (bootstrap over windows and the "
+                                                   "preset's seed-noise floor, the larger)")
 
 
 def higher_is_better_effect(label: str, variant: Sequence[float], baseline: Sequence[float],
@@ -200,4 +239,4 @@ class Verdict:
 __all__ = ["Effect", "INCONCLUSIVE", "NOT_RUN", "NOT_SUPPORTED", "RULE", "SUPPORTED", "VERDICTS", "Verdict",
            "bootstrap_mean_ci", "combine", "difference", "effect_verdict", "half_width", "higher_is_better_effect",
            "interval_effect", "is_finite", "lower_is_better_effect", "noise_half_width", "paired_effect",
-           "proportion_gap_ci", "seed_spread"]
+           "proportion_gap_ci", "seed_noise_floor", "seed_spread"]
