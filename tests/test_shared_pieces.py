@@ -221,3 +221,20 @@ def test_every_claim_module_is_registered_with_its_interface():
     assert all(isinstance(a, AnchorArm) for a in arms[9].values())
     cpu.moe_size = None
     assert 10 not in claim_arms(cpu)  # claim 10 cannot run without an MoE size
+
+
+def test_a_failed_job_is_recorded_with_its_error_and_log(tmp_path):
+    from smallinit.experiments.runner import JobRunner
+    from smallinit.experiments.sweep import train_job
+    from smallinit.rundir import read_json, run_state
+    from smallinit.train.config import load_config
+
+    cfg = load_config("tiny", [f"data.path={tmp_path / 'no-data'}", "train.max_steps=2"])
+    job = train_job("bad", cfg, tmp_path / "runs")
+    logs: list[str] = []
+    res = JobRunner([job], inprocess=True, log=logs.append).run()
+    assert res["bad"].state == "failed" and run_state(job.run_dir) == "failed"
+    f = read_json(job.run_dir / "failed.json")
+    assert "no-data" in f["error"] and f["log"] == str(job.log_path) and job.log_path.is_file()
+    again = JobRunner([job], inprocess=True, log=logs.append).run()
+    assert again["bad"].skipped and "1 failed earlier; not retried" in logs[-1]

@@ -173,7 +173,8 @@ class JobRunner:
                 pass
             err = next((l[len("error: "):] for l in reversed(tail.splitlines()) if l.startswith("error: ")), None)
             atomic_write_json(job.run_dir / "failed.json", {"rc": rc, "error": err or f"exit status {rc}",
-                                                            "log_tail": tail, "time": time.time()})
+                                                            "log": str(job.log_path), "log_tail": tail,
+                                                            "time": time.time()})
             res = JobResult(job.name, "failed", secs, resumed, rc=rc)
         self.results[job.name] = res
         if self.on_finish:
