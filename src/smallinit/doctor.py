@@ -300,7 +300,7 @@ def _check_completion(rep: DoctorReport, rd: Path, cfg, good: list[Path], last_l
             err = json.loads(failed.read_text()).get("error")
         except (ValueError, AttributeError):
             err = None
-        rep.add(PROBLEM, f"the sweep recorded this run as failed: {err or 'see job.log'}",
+        rep.add(PROBLEM, f"the sweep recorded this run as failed: {err or 'see its log, ../jobs/<run>.log'}",
                 "fix the cause, then rerun the sweep with --retry-failed (or resume this run directly)")
         return
     from_ = f"{good[-1].name}" if good else "step 0 (no checkpoint yet)"
