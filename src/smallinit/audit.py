@@ -832,13 +832,15 @@ def audit_widths(
     widths: Sequence[int],
     *,
     notes: Sequence[str] = (),
+    known: Mapping[int, AuditReport] | None = None,
     **audit_kwargs: Any,
 ) -> WidthStudy:
     """Rebuild a model family at each width and fit each :func:`width_quantities` number's log-log slope on width.
 
     ``build(d) -> (module, sample_input[, branches])`` makes the width-d member (sample_input None = random token
     ids; branches as in :func:`audit`, default the recognised layouts); ``audit_kwargs`` go to :func:`audit`
-    (``gamma``, ``optimizer_eps``, ...). Members are built, audited and dropped one at a time.
+    (``gamma``, ``optimizer_eps``, ...). Members are built, audited and dropped one at a time; a width in
+    ``known`` (width → an :func:`audit` report made with the same settings) is taken from there, not rebuilt.
     Slope = least-squares d ln(value) / d ln(width) over the widths with a positive value.
     """
     ws = sorted({int(w) for w in widths})
@@ -850,6 +852,9 @@ def audit_widths(
         raise ConfigError("audit_widths: return each member's branches from build(d) as a third element")
     points = []
     for w in ws:
+        if known and w in known:  # this member was audited already (e.g. the model itself at its own width)
+            points.append({"width": w, **width_quantities(known[w])})
+            continue
         built = build(w)
         module, x = built[0], built[1]
         rep = audit(module, x, branches=built[2] if len(built) > 2 else None, **audit_kwargs)
@@ -870,14 +875,10 @@ def audit_widths(
 def plot_audit(report: AuditReport, out_dir: str | os.PathLike) -> list[Path]:
     """``audit.png`` (implied γ per layer and matrix kind, saturation per norm, residual flow per block) and, with a
     width study, ``audit_widths.png`` (each quantity vs width, log-log, slope in the title). Saved atomically
-    by the project's figure saver."""
-    try:  # the shared figure module (pyplot on Agg, atomic PNG saver)
-        from smallinit.figures import pyplot as _plt
-        from smallinit.figures import save_png as _write
-    except ImportError:  # trees from before smallinit.figures: the probes' saver (same atomic temp-and-rename)
-        from smallinit.probes.plots import _plt, _write
+    by :func:`smallinit.figures.save_png`."""
+    from smallinit.figures import pyplot, save_png
 
-    plt = _plt()
+    plt = pyplot()
     out_dir = Path(out_dir)
     paths = []
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -922,7 +923,7 @@ def plot_audit(report: AuditReport, out_dir: str | os.PathLike) -> list[Path]:
         ax.legend(fontsize=7)
     fig.suptitle(report.target, fontsize=9)
     fig.tight_layout()
-    paths.append(_write(fig, out_dir / "audit.png"))
+    paths.append(save_png(fig, out_dir / "audit.png"))
     if report.widths:
         fits = [f for f in report.widths.fits if any(v is not None and v > 0 for v in f.values)]
         ncols = min(4, len(fits)) or 1
@@ -937,5 +938,5 @@ def plot_audit(report: AuditReport, out_dir: str | os.PathLike) -> list[Path]:
             ax.set_xlabel("width d", fontsize=8)
             ax.tick_params(labelsize=7)
         fig.tight_layout()
-        paths.append(_write(fig, out_dir / "audit_widths.png"))
+        paths.append(save_png(fig, out_dir / "audit_widths.png"))
     return paths

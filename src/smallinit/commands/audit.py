@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         report.widths = audit_widths(lambda w: (tgt.build_at_width(w), None), widths,
                                      notes=[f"each width rebuilt as {tgt.label} with heads scaled at fixed head_dim, "
                                             "d_ff and key/value heads in proportion, the same blocks and vocabulary as "
-                                            "the audited model"], **kw)
+                                            "the audited model"], known={tgt.width: report}, **kw)
     print(report.table(width=100))
     if args.out:
         paths = report.save(args.out, figures=not args.no_figures)

@@ -119,42 +119,19 @@ def plot_srank(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], ti
 
 
 def plot_heatmaps(out: Path, name: str, groups: dict[str, list[Path]], max_cols: int = 5) -> str | None:
-    """Row-cosine heatmaps of the first saved matrix at log-spaced steps, one row of panels per run
-    (rows ordered by their projection on the leading singular vector, so aligned rows form blocks)."""
-    from smallinit.probes.training import read_heatmaps
+    """Row-cosine heatmaps of the first saved matrix at log-spaced steps, one row of panels per group's seed-0 run
+    (:func:`smallinit.probes.plots.heatmap_grid`)."""
+    from smallinit.probes.plots import heatmap_grid
+    from smallinit.rundir import load_run
 
-    plt = pyplot()
-    maps = {}
-    for label, runs in groups.items():
-        if runs:
-            h = read_heatmaps(runs[0])
-            if h:
-                maps[label] = h
-    if not maps:
+    runs = []
+    for label, dirs in groups.items():
+        if dirs:
+            r = load_run(dirs[0])
+            r.label = label
+            if r.heatmaps:
+                runs.append(r)
+    if not runs:
         return None
-    matrix = sorted(next(iter(next(iter(maps.values())).values())).keys())[0]
-    steps_all = sorted(set.intersection(*[set(h) for h in maps.values()]))
-    if not steps_all:
-        return None
-    pick = sorted({steps_all[int(round(i))] for i in np.linspace(0, len(steps_all) - 1, min(max_cols, len(steps_all)))})
-    fig, axes = plt.subplots(len(maps), len(pick), figsize=(2.2 * len(pick), 2.3 * len(maps)), squeeze=False)
-    im = None
-    for r, (label, h) in enumerate(maps.items()):
-        for c, s in enumerate(pick):
-            ax = axes[r][c]
-            d = h[s].get(matrix)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if d is None:
-                continue
-            o = d["order"]
-            cos = d["cos"].astype(np.float32)[np.ix_(o, o)]
-            im = ax.imshow(cos, vmin=-1, vmax=1, cmap="RdBu_r", interpolation="nearest")
-            if r == 0:
-                ax.set_title(f"step {s}", fontsize=8)
-            if c == 0:
-                ax.set_ylabel(label, fontsize=9)
-    fig.suptitle(f"row cosine similarity of {matrix}", fontsize=10)
-    if im is not None:
-        fig.colorbar(im, ax=axes, shrink=0.7)
-    return save(fig, out, name)
+    matrix = sorted(next(iter(runs[0].heatmaps.values())).keys())[0]
+    return name if heatmap_grid(runs, matrix, Path(out) / name, max_cols=max_cols) else None
