@@ -149,7 +149,7 @@ def test_shrinking_advantage_claim():
 
 def test_effective_size_claim():
     E, A, alpha = 2.0, 50.0, 0.3
-    Ns = [1e5, 1e6, 1e7]
+    Ns = [1e5, 1e6, 1e7, 4e7]  # 4 sizes: a 3-size fit interpolates and decides nothing (claim 8's rule)
     base = [(n, E + A * n ** -alpha) for n in Ns]
     better = [(1e7, E + A * (2e7) ** -alpha, 0.005)]  # worth twice the size
     v = judge_effective_size(base, better)

@@ -131,3 +131,32 @@ def test_demo_plan_covers_its_claims_with_four_models():
     main = cpu.sizes[cpu.main_size]["model.d_model"]
     assert main >= 512  # claims 1, 2, 3, 5 include d_model >= 512
     assert get_preset("demo", seeds=3).n_seeds(1) == 3
+
+
+def test_claim_1_from_a_crossover_and_claim_7_on_its_largest_budget(tmp_path, token_dir):
+    """A preset with a crossover: claim 1's verdict is the crossover's loss-claim verdict (never a final-loss
+    comparison), claim 7 scores the largest-budget branches with a second baseline seed as the reference, and a
+    rerun trains nothing."""
+    import dataclasses
+
+    from smallinit.experiments.presets import CrossoverPlan
+
+    p = dataclasses.replace(TEST, name="test-x", claims=(1, 7), seeds={},
+                            crossover=CrossoverPlan(size="d32", tokens=4 * 32 * 40, seeds=2, fractions=(0.25, 0.5, 1.0),
+                                                    overrides={"probe.every": 0}))
+    out = tmp_path / "out"
+    res = {c["id"]: c for c in reproduce(p, out, token_dir, log=lambda s: None)}
+    x = json.loads((out / "crossover" / "crossover.json").read_text())
+    a = x["analyses"]["paper"]
+    assert res[1]["verdict"] == a["verdict"] and res[1]["verdict"] in VERDICTS
+    assert res[1]["effects"][0]["value"] == pytest.approx(a["gap"][-1]["value"])
+    assert res[1]["plots"] == ["crossover/crossover.png"] and (out / "crossover" / "crossover.png").is_file()
+    assert not (out / "runs").exists() or not list((out / "runs").glob("*paper*"))  # no separate claim-1 runs
+    assert res[7]["runs"][-1].endswith("baseline/seed1/D5120")  # the reference: a second baseline seed
+    assert any("second seed of the baseline" in n for n in res[7]["notes"])
+    mtimes = {q: q.stat().st_mtime_ns for q in (out / "crossover").glob("runs/*/*/*/summary.json")}
+    assert len(mtimes) == 2 * 2 * 4  # 2 arms × 2 seeds × (trunk + 3 branches)
+    logs: list[str] = []
+    reproduce(p, out, token_dir, log=logs.append)
+    assert {q: q.stat().st_mtime_ns for q in mtimes} == mtimes
+    assert not any(" done " in l for l in logs)

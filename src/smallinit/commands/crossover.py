@@ -120,25 +120,14 @@ def run(args: argparse.Namespace) -> int:
 
 def print_plan(spec, out, threads: int, jobs: int) -> None:
     """Every run's steps, tokens, tokens per parameter and estimated time at a throughput measured here."""
-    from smallinit.experiments.crossover import plan_jobs
-    from smallinit.experiments.sweep import fmt_seconds, measure_gflops, model_cost
-    from smallinit.train.config import config_from_dict
+    from smallinit.experiments.cost import fmt_seconds, measure_gflops
+    from smallinit.experiments.crossover import plan_jobs, training_seconds
 
     trunks, branches, budgets = plan_jobs(spec, out, threads)
     gflops = measure_gflops(trunks[0].config, threads=threads)
-    total = 0.0
+    total, lines = training_seconds(spec, gflops, threads)
     print(f"{len(trunks)} trunks + {len(branches)} branches; budgets "
           f"{', '.join(f'{b.tokens:,}' for b in budgets)} tokens (time at {gflops:.1f} GFLOP/s per run, {threads} "
           f"thread(s), {jobs} at a time)")
-    for j in trunks + branches:
-        c = model_cost(j.config)
-        steps = j.config["train"]["max_steps"] - j.start
-        tokens = steps * j.config["train"]["batch_size"] * j.config["data"]["seq_len"]
-        secs = c["flops_per_token"] * tokens / (gflops * 1e9)
-        total += secs
-        cfg = config_from_dict(j.config)
-        end = cfg.train.max_steps * cfg.train.batch_size * cfg.data.seq_len
-        print(f"  {j.arm:<12} seed {j.seed} {j.kind:<6} steps {j.start:>6}→{cfg.train.max_steps:<6} "
-              f"trains {tokens / 1e6:7.2f}M tokens (ends at {end / c['non_embedding_params']:7.1f} tokens/param) "
-              f"≈ {fmt_seconds(secs)}")
+    print("\n".join(lines))
     print(f"total ≈ {fmt_seconds(total / jobs)} with {jobs} at a time (training only; evaluations add a few %)")

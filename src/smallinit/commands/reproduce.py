@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: the preset's)")
     p.add_argument("--gflops", type=float, default=None,
                    help="training GFLOP/s per job for the time estimates (default: measured here; gpu: 400000)")
+    p.add_argument("--hours", type=float, default=None, metavar="H",
+                   help="size the crossover's token budget so that the whole plan fits H hours here (says what it chose)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that exited with an error")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated cost; run nothing")
 
@@ -42,5 +44,5 @@ def run(args: argparse.Namespace) -> int:
     from smallinit.experiments.reproduce import reproduce
 
     reproduce(args.preset, args.out, args.corpus, seeds=args.seeds, jobs=args.jobs, dry_run=args.dry_run,
-              gflops=args.gflops, retry_failed=args.retry_failed)
+              gflops=args.gflops, retry_failed=args.retry_failed, hours=args.hours)
     return 0

@@ -59,6 +59,8 @@ class CrossoverSpec:
     """Budgets as fractions of ``tokens`` (increasing, last = 1)."""
     cooldown: float = 0.2
     """c: a branch decays over the last c·S_k steps of its budget."""
+    base_config: dict[str, Any] | None = None
+    """A nested config mapping used instead of ``base`` (``reproduce`` passes its preset's resolved base)."""
 
     def validate(self) -> None:
         if len(self.arms) < 2:
@@ -106,6 +108,9 @@ class Job:
 
 def arm_config(spec: CrossoverSpec, arm: str, seed: int) -> RunConfig:
     """The resolved config of ``arm`` at ``seed`` (base, then the spec's overrides, then the arm's)."""
+    if spec.base_config is not None:
+        return load_config(None, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"],
+                           base=copy.deepcopy(spec.base_config))
     return load_config(spec.base, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"])
 
 
@@ -119,7 +124,7 @@ def plan_budgets(spec: CrossoverSpec, cfg: RunConfig) -> list[Budget]:
     for f in spec.fractions:
         S = int(round(f * spec.tokens / per_step))
         start = wsd_decay_start(S, probe)
-        if S < 2 or start < 1 or start >= S:  # wsd_decay_start never starts the decay inside the warmup
+        if S < 2 or start < 1 or start != S - max(1, round(spec.cooldown * S)):  # the warmup would eat the cooldown
             raise ConfigError(f"budget {f:g}·D = {S} steps of {per_step} tokens is too small for a cooldown after "
                               f"{cfg.optim.warmup_steps} warmup steps; raise --tokens or lower optim.warmup_steps")
         out.append(Budget(S, start, S * per_step))
@@ -351,3 +356,58 @@ def write_report(result: dict[str, Any], out: Path) -> None:
     atomic_write_json(out / "crossover.json", result)
     crossover_figure(result, out / "crossover.png")
     atomic_write_text(out / "crossover.md", crossover_markdown(result, figure="crossover.png"))
+
+
+# ---- a crossover inside a reproduction ------------------------------------------------------------------------
+
+def spec_from_preset(p: Any, corpus: str | os.PathLike) -> CrossoverSpec:
+    """The :class:`CrossoverSpec` of a preset's :class:`~smallinit.experiments.presets.CrossoverPlan` on ``corpus``:
+    the preset's base config, its size's model shape (not its step count) and the plan's overrides; each arm's γ, ε
+    and gate as typed fields (``model.gamma`` …) and the plan's learning rate."""
+    from smallinit.experiments.presets import CROSSOVER_ARMS
+    from smallinit.train.config import set_dotted
+
+    xp = p.crossover
+    d = copy.deepcopy(p.base)
+    for k, v in {**p.sizes[xp.size], **xp.overrides}.items():
+        if k != "train.max_steps":
+            set_dotted(d, k, v, what="preset key")
+    set_dotted(d, "data.path", str(corpus))
+    lr = xp.lr if xp.lr is not None else p.lrs[0]
+    unknown = [a for a in xp.arms if a not in CROSSOVER_ARMS]
+    if unknown:
+        raise ConfigError(f"crossover arm {unknown[0]!r} unknown; choose from {', '.join(CROSSOVER_ARMS)}")
+    arms = {a: [f"model.gamma={CROSSOVER_ARMS[a][0]}", f"model.norm_eps={CROSSOVER_ARMS[a][1]}",
+                f"model.gate={CROSSOVER_ARMS[a][2]}", f"optim.lr={lr}"] for a in xp.arms}
+    return CrossoverSpec(arms=arms, baseline=xp.arms[0], tokens=int(xp.tokens), base=f"preset {p.name}",
+                         seeds=list(range(xp.seeds)), fractions=list(xp.fractions), base_config=d)
+
+
+def training_seconds(spec: CrossoverSpec, gflops: float, threads: int = 0) -> tuple[float, list[str]]:
+    """Estimated training seconds of every trunk and branch (one process each, at ``gflops`` GFLOP/s, counted as
+    ModelConfig.flops_per_token) and one plan line per run: steps, tokens, tokens per parameter, time."""
+    from smallinit.experiments.cost import fmt_seconds, model_cost
+
+    trunks, branches, _ = plan_jobs(spec, Path("."), threads)
+    total, lines = 0.0, []
+    for j in trunks + branches:
+        c = model_cost(j.config)
+        t = j.config["train"]
+        steps = t["max_steps"] - j.start
+        tokens = steps * t["batch_size"] * j.config["data"]["seq_len"]
+        secs = c["flops_per_token"] * tokens / (gflops * 1e9)
+        total += secs
+        end = t["max_steps"] * t["batch_size"] * j.config["data"]["seq_len"]
+        lines.append(f"  {j.arm:<11} seed {j.seed} {j.kind:<6} steps {j.start:>6}→{t['max_steps']:<6} trains "
+                     f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
+                     f"≈ {fmt_seconds(secs)}")
+    return total, lines
+
+
+def tokens_for_seconds(spec: CrossoverSpec, seconds: float, gflops: float, jobs: int) -> int:
+    """The largest budget D whose crossover trains in ``seconds`` with ``jobs`` runs at a time (the cost is linear
+    in D: every run of the plan scales with it), rounded down to whole steps of the largest budget."""
+    probe = copy.deepcopy(spec)
+    probe.tokens = 1 << 24
+    secs, _ = training_seconds(probe, gflops)
+    return int(probe.tokens * max(0.0, seconds) * jobs / secs) if secs > 0 else 0

@@ -15,6 +15,7 @@ own fixture-sized :class:`Preset` and passes it to :func:`smallinit.experiments.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,31 @@ def arm(size: str, setting: tuple[float, float, str], **kw) -> Arm:
     return Arm(size, setting[0], setting[1], setting[2], **kw)
 
 
+GAMMA_ONLY = (0.5, 1e-12, "elementwise")
+"""The paper's ε and gate at the standard γ: separates γ's own effect from the gate's and the ε's."""
+CROSSOVER_ARMS: dict[str, tuple[float, float, str]] = {"baseline": BASELINE, "paper": PAPER, "gamma-only": GAMMA_ONLY}
+
+
+@dataclass
+class CrossoverPlan:
+    """Claim 1's loss-against-budget experiment (:mod:`smallinit.experiments.crossover`) in a preset: every arm ×
+    seed trains one trunk plus cooldown branches at ``fractions`` of ``tokens``; the verdict is read from the gap
+    at the largest budget (:func:`smallinit.crossing.loss_claim_verdict`). Claim 7 scores the D_max branches."""
+
+    size: str
+    """A key of :attr:`Preset.sizes`: the model shape (its ``train.max_steps`` is replaced by the budgets)."""
+    tokens: int
+    """D_max, training tokens of the largest budget per arm × seed (``reproduce --hours`` may resize it)."""
+    seeds: int = 2
+    arms: tuple[str, ...] = ("baseline", "paper")
+    """Names from :data:`CROSSOVER_ARMS`; the first is the baseline."""
+    fractions: tuple[float, ...] = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Dotted settings for every crossover run (batch, sequence length, warmup, learning rate ...)."""
+    lr: float | None = None
+    """The learning rate of every arm (None: the preset's first). Not tuned per arm (yet): stated in the report."""
+
+
 @dataclass
 class Preset:
     """What one ``reproduce --preset`` runs (see the module docstring)."""
@@ -103,6 +129,9 @@ class Preset:
     inprocess: bool = False
     """Run every job in this process (tests) instead of one subprocess each."""
     description: str = ""
+    crossover: CrossoverPlan | None = None
+    """Claim 1 from a crossover (loss against budget) instead of one final loss per arm; claim 7 then scores the
+    crossover's largest-budget runs."""
 
     def n_seeds(self, claim: int) -> int:
         return max(1, int(self.seeds.get(claim, 1)))
@@ -132,6 +161,8 @@ DEMO = Preset(
             "name": "stdlib-demo"},
     compare_tokens=32768,
     jobs=2,
+    crossover=CrossoverPlan(size="d128", tokens=500 * 16 * 128, seeds=1, arms=("baseline", "paper"),
+                            fractions=(1 / 8, 1 / 4, 1 / 2, 1.0), overrides={"probe.every": 0}),
 )
 
 CPU_STEPS = 240
@@ -163,6 +194,11 @@ CPU = Preset(
     compare_tokens=32768,
     sink_without_bos=True,
     jobs=1,
+    crossover=CrossoverPlan(
+        size="d128", tokens=8_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"), lr=3e-3,
+        overrides={"model.n_layers": 4, "model.n_heads": 4, "data.seq_len": 256, "model.max_seq_len": 256,
+                   "train.batch_size": 16, "optim.warmup_steps": 50, "data.val_batches": 16, "data.tune_batches": 0,
+                   "train.eval_every": 100_000, "train.log_every": 50, "probe.every": 0}),
 )
 
 GPU = Preset(
@@ -195,9 +231,21 @@ GPU = Preset(
     sink_without_bos=True,
     gflops=400_000.0,
     anchor_gflops=20_000.0,
+    crossover=CrossoverPlan(size="0.1b", tokens=6_000_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"),
+                            lr=3e-3, overrides={"probe.every": 0, "train.eval_every": 100_000}),
 )
 
-PRESETS: dict[str, Preset] = {"demo": DEMO, "cpu": CPU, "gpu": GPU}
+CPU_LONG = copy.deepcopy(CPU)
+CPU_LONG.name = "cpu-long"
+CPU_LONG.budget = "≈ 10 hours on a 2-core CPU (overnight)"
+CPU_LONG.description = ("claim 1's crossover at d128 × 4 layers pushed to 64M tokens per arm × seed (2 seeds, baseline "
+                        "and paper), so that a crossing predicted from the cpu preset's budgets is observed or refuted; "
+                        "claim 7 on its largest budget")
+CPU_LONG.claims = (1, 7)
+CPU_LONG.crossover = dataclasses.replace(CPU.crossover, tokens=64_000_000, arms=("baseline", "paper"))
+CPU_LONG.jobs = 2
+
+PRESETS: dict[str, Preset] = {"demo": DEMO, "cpu": CPU, "cpu-long": CPU_LONG, "gpu": GPU}
 
 
 def get_preset(name: str | Preset, seeds: int | None = None) -> Preset:
@@ -215,5 +263,5 @@ def get_preset(name: str | Preset, seeds: int | None = None) -> Preset:
     return p
 
 
-__all__ = ["AnchorArm", "Arm", "BASELINE", "CPU", "DEMO", "GPU", "PAPER", "PAPER_REGIME", "PRESETS", "Preset", "arm",
-           "get_preset", "shape"]
+__all__ = ["AnchorArm", "Arm", "BASELINE", "CPU", "CPU_LONG", "CROSSOVER_ARMS", "CrossoverPlan", "DEMO", "GAMMA_ONLY",
+           "GPU", "PAPER", "PAPER_REGIME", "PRESETS", "Preset", "arm", "get_preset", "shape"]

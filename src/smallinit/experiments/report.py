@@ -23,6 +23,7 @@ from smallinit.figures import html_page
 from smallinit.io import atomic_write_text
 
 VERDICT_COLORS = {"supported": "#1a7f37", "not supported": "#cf222e", "inconclusive": "#9a6700",
+                  "inconclusive — not reached at this budget": "#9a6700",
                   "not run in this preset": "#6e7781"}
 
 

@@ -29,6 +29,7 @@ from smallinit.experiments.plan import (Plan, anchor_config, check_corpus, descr
 from smallinit.experiments.presets import PAPER, Preset, arm, get_preset
 from smallinit.experiments.report import deciding_effect, write_report
 from smallinit.experiments.runner import JobRunner
+from smallinit.errors import ConfigError
 from smallinit.io import atomic_write_json
 from smallinit.rundir import read_config, read_json
 
@@ -38,8 +39,9 @@ class Reproduction:
 
     def __init__(self, preset: Preset, out: str | os.PathLike, corpus: str | os.PathLike | None = None, *,
                  jobs: int | None = None, gflops: float | None = None, log: Callable[[str], None] | None = None,
-                 retry_failed: bool = False, inprocess: bool | None = None):
+                 retry_failed: bool = False, inprocess: bool | None = None, hours: float | None = None):
         self.p = preset
+        self.hours = hours
         self.out = Path(out)
         self.corpus_arg = corpus
         self.jobs = jobs or preset.jobs
@@ -49,6 +51,7 @@ class Reproduction:
         self.log = log or (lambda s: print(s, flush=True))
         self.retry_failed = retry_failed
         self.timings: dict[str, float] = {}
+        self.corpus_path: Path | None = None
 
     # -- set-up
     def _calibrate(self, corpus: Path | None) -> None:
@@ -69,7 +72,47 @@ class Reproduction:
         return make_plan(self.p, self.out, corpus, self.gflops, self.anchor_gflops, self.jobs)
 
     def describe_plan(self, plan: Plan) -> str:
-        return describe_plan(plan, self.jobs)
+        text = describe_plan(plan, self.jobs)
+        xs = self.crossover_spec(self.corpus_path) if self.p.crossover else None
+        if xs is None:
+            return text
+        from smallinit.experiments.crossover import training_seconds
+
+        secs, lines = training_seconds(xs, self.gflops or 1.0, default_threads(self.jobs))
+        head = (f"crossover (claim 1; claim 7 scores its largest budget): arms {', '.join(xs.arms)}, "
+                f"{len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens, budgets D × {', '.join(f'{f:g}' for f in xs.fractions)}"
+                f", learning rate {xs.arms[xs.baseline][-1].split('=')[1]} for every arm (not tuned per arm)")
+        wall = secs / max(1, self.jobs)
+        return "\n".join([text, "", head, *lines, f"crossover ≈ {fmt_seconds(wall)} wall-clock"
+                          + (f" (≈ {secs / 3600:,.0f} device-hours)" if self.p.name == "gpu" else "")])
+
+    def crossover_spec(self, corpus: Path | None):
+        """The preset's crossover as a :class:`~smallinit.experiments.crossover.CrossoverSpec` (None: none, or claim
+        1 not run)."""
+        if self.p.crossover is None or 1 not in self.p.claims:
+            return None
+        from smallinit.experiments.crossover import spec_from_preset
+
+        return spec_from_preset(self.p, corpus or Path("data"))
+
+    def fit_hours(self, plan: Plan) -> None:
+        """``--hours H``: size the crossover's largest budget so that the whole plan fits H hours at the measured
+        throughput (the other claims' runs first), and say what was chosen."""
+        from smallinit.experiments.crossover import tokens_for_seconds
+
+        xs = self.crossover_spec(self.corpus_path)
+        if xs is None or not self.hours:
+            return
+        others = (sum(j.est_seconds for j in plan.phase1) + plan.phase2_seconds) / max(1, self.jobs)
+        left = self.hours * 3600 - others
+        tokens = tokens_for_seconds(xs, left, self.gflops, self.jobs)
+        floor = int(xs.tokens / 16)
+        if tokens < floor:
+            raise ConfigError(f"--hours {self.hours:g}: the other claims' runs alone take ≈ {fmt_seconds(others)}; "
+                              f"the crossover needs ≥ {fmt_seconds(self.hours * 3600 - left)} more — raise --hours")
+        self.p.crossover.tokens = tokens
+        self.log(f"[reproduce] --hours {self.hours:g}: other runs ≈ {fmt_seconds(others)}; the crossover gets "
+                 f"≈ {fmt_seconds(left)} → D = {tokens:,} tokens per arm × seed")
 
     # -- the run
     def run(self, dry_run: bool = False) -> list[dict[str, Any]] | None:
@@ -77,20 +120,33 @@ class Reproduction:
         if dry_run:
             corpus = Path(self.corpus_arg) if self.corpus_arg else self.out.parent / "data" / self.p.corpus.get("name", "data")
             self._calibrate(corpus if (corpus / "meta.json").is_file() else None)
-            self.log(self.describe_plan(self.plan(corpus)))
+            self.corpus_path = corpus
+            plan = self.plan(corpus)
+            self.fit_hours(plan)
+            self.log(self.describe_plan(plan))
             return None
         self.out.mkdir(parents=True, exist_ok=True)
         corpus = ensure_corpus(self.p, self.corpus_arg, self.out, self.log)
         self.timings["prepare"] = time.time() - t0
         corpus_info = check_corpus(self.p, corpus)
         self._calibrate(corpus)
+        self.corpus_path = corpus
         plan = self.plan(corpus)
+        self.fit_hours(plan)
         self.log(self.describe_plan(plan))
         atomic_write_json(self.out / "plan.json", {"preset": self.p.name, "corpus": corpus_info,
                                                    "phase1": [j.name for j in plan.phase1],
                                                    "phase2_count": plan.phase2_count})
         n_total = len(plan.phase1) + plan.phase2_count
         t1 = time.time()
+        xs = self.crossover_spec(corpus)
+        if xs is not None:
+            from smallinit.experiments.crossover import run_crossover
+
+            self.log(f"[reproduce] crossover: {len(xs.arms)} arms × {len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens")
+            run_crossover(xs, self.out / "crossover", workers=self.jobs, threads=default_threads(self.jobs),
+                          log=self.log)
+            self.timings["crossover"] = time.time() - t1
         self.log(f"[reproduce] phase 1/2: {len(plan.phase1)} runs")
         JobRunner(plan.phase1, self.jobs, inprocess=self.inprocess, retry_failed=self.retry_failed, log=self.log,
                   title=f"reproduce {self.p.name}", index_offset=0, total=n_total,
@@ -218,11 +274,14 @@ def claims_table_text(results: list[dict[str, Any]]) -> str:
 
 def reproduce(preset: str | Preset, out: str | os.PathLike, corpus: str | os.PathLike | None = None, *,
               seeds: int | None = None, jobs: int | None = None, dry_run: bool = False, gflops: float | None = None,
-              log: Callable[[str], None] | None = None, retry_failed: bool = False):
+              log: Callable[[str], None] | None = None, retry_failed: bool = False, hours: float | None = None):
     """Run (or resume, or with ``dry_run`` only print) a reproduction of a named preset (or a :class:`Preset`);
-    returns the claims list (None for a dry run)."""
+    returns the claims list (None for a dry run). ``hours``: size the crossover's budget to fit that many hours."""
     p = get_preset(preset, seeds)
-    return Reproduction(p, out, corpus, jobs=jobs, gflops=gflops, log=log, retry_failed=retry_failed).run(dry_run)
+    if hours is not None and not hours > 0:
+        raise ConfigError(f"--hours must be > 0, got {hours}")
+    return Reproduction(p, out, corpus, jobs=jobs, gflops=gflops, log=log, retry_failed=retry_failed,
+                        hours=hours).run(dry_run)
 
 
 __all__ = ["Reproduction", "analyse", "claims_table_text", "regime_rows", "reproduce"]

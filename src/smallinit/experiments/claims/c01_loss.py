@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from smallinit.experiments.claims.context import ClaimContext, fmt_lr
 from smallinit.experiments.claims.plots import plot_loss_curves
-from smallinit.experiments.claims.rules import Verdict, lower_is_better_effect
+from smallinit.experiments.claims.rules import Effect, Verdict, lower_is_better_effect
 from smallinit.experiments.presets import BASELINE, PAPER, Arm, Preset, arm
 
 ID = 1
@@ -20,6 +20,8 @@ CLAIM = "γ = 1 with ε = 1e-12 and the gate gives lower validation loss than th
 
 
 def arms(p: Preset) -> dict[str, Arm]:
+    if p.crossover is not None:
+        return {}  # the crossover (OUT/crossover/) trains this claim's runs
     return {"baseline": arm(p.main_size, BASELINE), "paper": arm(p.main_size, PAPER)}
 
 
@@ -30,7 +32,27 @@ def judge(variant: Sequence[float], baseline: Sequence[float], boot_hw: float | 
     return Verdict(e.verdict, [e], {"variant": list(variant), "baseline": list(baseline)})
 
 
+def from_crossover(x: dict[str, Any]) -> Verdict:
+    """Claim 1 read from a crossover (DESIGN.md §2): the verdict of
+    :func:`smallinit.crossing.loss_claim_verdict` for the paper arm against the baseline — supported when the gap
+    G(D_max) = L_baseline − L_paper is > 0 beyond noise; not supported when it is < 0, not closing and no crossing
+    is predicted within 10× D_max; "inconclusive — not reached at this budget" when behind but closing."""
+    a = x["analyses"]["paper"]
+    g = a["gap"][-1]
+    D = x["budgets"][-1]["tokens"]
+    effects = [Effect(f"G(D_max = {D:,} tokens) = L(baseline) − L(paper)", g["value"], g["lo"], g["hi"], g["method"])]
+    if "gamma-only" in x["analyses"]:
+        gg = x["analyses"]["gamma-only"]["gap"][-1]
+        effects.append(Effect("(info) G(D_max) = L(baseline) − L(γ-only: γ 0.5, ε 1e-12, gate)", gg["value"],
+                              gg["lo"], gg["hi"], gg["method"]))
+    nums = {"answer": a["answer"], "crossing": a["crossing"], "gap_change": a["gap_change"],
+            "budgets": [b["tokens"] for b in x["budgets"]], "tokens_per_param": x["tokens_per_param"]}
+    return Verdict(a["verdict"], effects, nums, notes=[a["reason"]])
+
+
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
+    if ctx.claim_id == ID and ctx.p.crossover is not None:
+        return analyse_crossover(ctx)
     base, paper = ctx.roles["baseline"], ctx.roles["paper"]
     v = judge(ctx.losses(paper), ctx.losses(base), ctx.loss_hw(paper, base), "val loss: baseline − paper setting")
     plot = plot_loss_curves(ctx.out, f"claim{ctx.claim_id}_loss.png", {
@@ -43,3 +65,32 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
              "rows": [[n, fmt_lr(ctx.chosen.get(a.key) or math.nan), len(ctx.runs(a)),
                        ", ".join(f"{x:.4f}" for x in ctx.losses(a))] for n, a in (("baseline", base), ("paper", paper))]}
     return ctx.result(measured, v, plots=[plot], tables=[table], runs=ctx.names(base, paper))
+
+
+def analyse_crossover(ctx: ClaimContext) -> dict[str, Any]:
+    """Claim 1 from the preset's crossover: the one-line answer, L(D) and G(D) tables, the figure."""
+    x = ctx.crossover()
+    if not x or "paper" not in (x.get("analyses") or {}):
+        return ctx.result("loss against budget (crossover)", None, notes=["the crossover did not finish"])
+    v = from_crossover(x)
+    D = [b["tokens"] for b in x["budgets"]]
+    arms_ = list(x["losses"])
+    rows = []
+    for j, d in enumerate(D):
+        row = [f"{d:,}", f"{x['tokens_per_param'][j]:.3g}"]
+        for a in arms_:
+            vals = [s[j] for s in x["losses"][a].values() if s[j] is not None]
+            row.append(", ".join(f"{y:.4f}" for y in vals) or "—")
+        g = x["analyses"]["paper"]["gap"][j]
+        row.append(f"{g['value']:+.4f}" if g["value"] is not None else "—")
+        row.append(f"[{g['lo']:+.4f}, {g['hi']:+.4f}]" if g["lo"] is not None else "—")
+        rows.append(row)
+    table = {"title": "annealed validation loss L(D) per seed, and G(D) = L(baseline) − L(paper) (> 0: paper ahead)",
+             "columns": ["D (tokens)", "tokens/param", *arms_, "G(D)", "95% t-interval"], "rows": rows}
+    spec = x["spec"]
+    lr = spec["arms"]["paper"][-1].split("=")[1]
+    measured = (f"loss against training budget: one trunk per arm × seed ({len(spec['seeds'])} seed(s)) and cooldown "
+                f"branches at D × {', '.join(f'{f:g}' for f in spec['fractions'])} (D = {D[-1]:,} tokens), learning "
+                f"rate {lr} for every arm (not tuned per arm); {v.numbers['answer']}")
+    return ctx.result(measured, v, plots=["crossover/crossover.png"], tables=[table],
+                      runs=[f"crossover/runs/{a}" for a in arms_])

@@ -27,6 +27,10 @@ CLAIM = "Token-level gains concentrate in the moderate-to-very-hard difficulty b
 
 
 def arms(p: Preset) -> dict[str, Arm]:
+    if p.crossover is not None:  # scores the crossover's largest-budget runs (claim 1's); a reference if needed
+        if p.crossover.seeds >= 2 or "gamma-only" in p.crossover.arms:
+            return {}
+        return {"reference": arm(p.crossover.size, (0.5, 1e-12, "none"))}
     return {"baseline": arm(p.main_size, BASELINE), "paper": arm(p.main_size, PAPER),
             "reference": arm(p.main_size, (0.5, 1e-12, "none"))}
 
@@ -58,15 +62,25 @@ def judge(bins: list[dict[str, Any]]) -> Verdict:
 
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
-    paper, base = ctx.roles["paper"], ctx.roles["baseline"]
-    base_runs, ref_runs = ctx.runs(base), ctx.runs(ctx.roles["reference"])
-    if len(base_runs) >= 2:
-        reference, ref_words = base_runs[1], "a second seed of the baseline"
-    elif ref_runs:
-        reference, ref_words = ref_runs[0], f"the {ctx.roles['reference'].describe()} model (neither A nor B)"
+    if ctx.p.crossover is not None:
+        run_a, run_b = ctx.crossover_run("paper"), ctx.crossover_run("baseline")
+        ref_arm = ctx.roles.get("reference")
+        rr = ctx.runs(ref_arm) if ref_arm else []
+        cands = [(ctx.crossover_run("baseline", 1), "a second seed of the baseline"),
+                 (ctx.crossover_run("gamma-only"), "the γ-only arm (γ 0.5, ε 1e-12, gate; neither A nor B)"),
+                 ((rr or [None])[0], f"the {ref_arm.describe() if ref_arm else ''} model (neither A nor B)")]
+        where = " (the crossover's largest budget)"
     else:
-        return ctx.result("token-level comparison", None, notes=["no reference model finished"])
-    res = ctx.compare(paper, base, reference=reference)
+        paper, base = ctx.roles["paper"], ctx.roles["baseline"]
+        ra, rb, rr = ctx.runs(paper), ctx.runs(base), ctx.runs(ctx.roles["reference"])
+        run_a, run_b = (ra or [None])[0], (rb or [None])[0]
+        cands = [(rb[1] if len(rb) >= 2 else None, "a second seed of the baseline"),
+                 ((rr or [None])[0], f"the {ctx.roles['reference'].describe()} model (neither A nor B)")]
+        where = ""
+    reference, ref_words = next(((r, w) for r, w in cands if r is not None), (None, ""))
+    if run_a is None or run_b is None or reference is None:
+        return ctx.result("token-level comparison", None, notes=["a run or the reference model did not finish"])
+    res = ctx.compare_runs(run_a, run_b, reference=reference)
     if res is None:
         return ctx.result("token-level comparison", None)
     bins = res.get("bins") or []
@@ -96,5 +110,5 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
         notes.append(f"Overall the paper setting is worse here (mean ℓ_B − ℓ_A = {ov['mean']:+.4f}, 95% CI "
                      f"[{ov['ci95'][0]:+.4f}, {ov['ci95'][1]:+.4f}]): the bins show where it loses least, not where "
                      "gains concentrate.")
-    return ctx.result(measured, v, plots=[plot.name if plot else None], tables=tables, notes=notes,
-                      runs=ctx.names(paper, base) + [reference.name])
+    return ctx.result(measured + where, v, plots=[plot.name if plot else None], tables=tables, notes=notes,
+                      runs=[str(r.relative_to(ctx.out)) for r in (run_a, run_b, reference)])

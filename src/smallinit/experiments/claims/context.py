@@ -113,8 +113,17 @@ class ClaimContext:
         ra, rb = self.runs(variant), self.runs(baseline)
         if not ra or not rb:
             return None
-        ref = f"__ref__{reference.name}" if reference is not None else ""
-        path = self.out / "compare" / f"{ra[0].name}__vs__{rb[0].name}{ref}.windows.json"
+        return self.compare_runs(ra[0], rb[0], reference)
+
+    def compare_runs(self, run_a: Path, run_b: Path, reference: Path | None = None) -> dict[str, Any] | None:
+        """:meth:`compare` on two run directories (e.g. a crossover's largest-budget branches)."""
+        ra, rb = [run_a], [run_b]
+
+        def label(r: Path) -> str:  # a crossover branch is named by its arm and seed, not only its budget
+            return "-".join(r.parts[-3:]) if r.parent.parent.parent.name == "runs" else r.name
+
+        ref = f"__ref__{label(reference)}" if reference is not None else ""
+        path = self.out / "compare" / f"{label(ra[0])}__vs__{label(rb[0])}{ref}.windows.json"
         newest_run = max((r / "summary.json").stat().st_mtime for r in (ra[0], rb[0], *([reference] if ref else [])))
         if path.is_file() and path.stat().st_mtime >= newest_run:
             cached = read_json(path)
@@ -130,6 +139,22 @@ class ClaimContext:
             return None
         atomic_write_json(path, res)
         return res
+
+    # -- claim 1's crossover (loss against budget)
+    def crossover(self) -> dict[str, Any] | None:
+        """``OUT/crossover/crossover.json`` (:mod:`smallinit.experiments.crossover`); None when the preset has no
+        crossover or it did not finish."""
+        if self.p.crossover is None:
+            return None
+        return read_json(self.out / "crossover" / "crossover.json")
+
+    def crossover_run(self, arm_name: str, seed: int = 0) -> Path | None:
+        """The largest-budget cooldown branch of a crossover arm at ``seed`` (None unless finished)."""
+        x = self.crossover()
+        if not x:
+            return None
+        rd = self.out / "crossover" / "runs" / arm_name / f"seed{seed}" / f"D{x['budgets'][-1]['tokens']}"
+        return rd if run_state(rd) == "done" else None
 
     def loss_hw(self, variant: Arm, baseline: Arm) -> float | None:
         """Half-width of the 95% interval of a one-seed loss difference between two arms: the paired bootstrap

@@ -33,11 +33,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-SUPPORTED = "supported"
-NOT_SUPPORTED = "not supported"
-INCONCLUSIVE = "inconclusive"
+from smallinit.crossing import INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SUPPORTED  # one spelling of each verdict
+
 NOT_RUN = "not run in this preset"
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_RUN)
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_REACHED, NOT_RUN)
 
 RULE = ("supported when the effect's 95% interval lies entirely above 0; not supported when entirely below 0; "
         "inconclusive otherwise. Loss differences: a t-interval over seed-paired differences with ≥ 2 seeds; with "
@@ -236,7 +235,7 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
 
 
-__all__ = ["Effect", "INCONCLUSIVE", "NOT_RUN", "NOT_SUPPORTED", "RULE", "SUPPORTED", "VERDICTS", "Verdict",
+__all__ = ["Effect", "INCONCLUSIVE", "NOT_REACHED", "NOT_RUN", "NOT_SUPPORTED", "RULE", "SUPPORTED", "VERDICTS", "Verdict",
            "bootstrap_mean_ci", "combine", "difference", "effect_verdict", "half_width", "higher_is_better_effect",
            "interval_effect", "is_finite", "lower_is_better_effect", "noise_half_width", "paired_effect",
            "proportion_gap_ci", "seed_noise_floor", "seed_spread"]
