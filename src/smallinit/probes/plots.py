@@ -246,51 +246,61 @@ def _heatmap_columns(steps: list[int], k: int = MAX_HEATMAP_COLUMNS) -> list[int
 
 def plot_heatmaps(runs: list[RunData], out: Path) -> list[Path]:
     """One ``heatmaps_<matrix>.png`` per matrix with saved heatmaps: rows = runs, columns = steps."""
-    import textwrap
-
-    plt = _plt()
     names: list[str] = []
     for r in runs:
         for per in r.heatmaps.values():
             names += [n for n in per if n not in names]
     paths = []
     for name in names:
-        steps = _heatmap_columns([s for r in runs for s, per in r.heatmaps.items() if name in per])
-        rows = [(i, r) for i, r in enumerate(runs) if any(name in per for per in r.heatmaps.values())]
-        labels = [textwrap.fill(r.label, 24) for _, r in rows]
-        label_in = 0.25 + 0.16 * max(l.count("\n") + 1 for l in labels)
-        cell = 1.7
-        W = label_in + cell * len(steps) + 0.9
-        H = 0.8 + cell * len(rows) + 0.1
-        fig, axes = plt.subplots(len(rows), len(steps), figsize=(W, H), squeeze=False)
-        fig.subplots_adjust(left=label_in / W, right=1 - 0.9 / W, top=1 - 0.8 / H, bottom=0.1 / H,
-                            wspace=0.08, hspace=0.08)
-        im = None
-        for ri, (run_i, r) in enumerate(rows):
-            for ci, s in enumerate(steps):
-                ax = axes[ri][ci]
-                ax.set_xticks([])
-                ax.set_yticks([])
-                h = r.heatmaps.get(s, {}).get(name)
-                if h is None:
-                    ax.set_facecolor("#eeeeee")
-                else:
-                    C = h["cos"].astype(np.float32)
-                    order = h.get("order", np.arange(C.shape[0]))
-                    im = ax.imshow(C[np.ix_(order, order)], cmap="RdBu_r", vmin=-1, vmax=1, interpolation="antialiased")
-                if ri == 0:
-                    ax.set_title(f"step {s}", fontsize=8)
-                if ci == 0:
-                    ax.set_ylabel(labels[ri], fontsize=8, color=_color(run_i))
-        if im is not None:
-            cax = fig.add_axes((1 - 0.75 / W, 0.1 / H + 0.1 * (1 - 0.9 / H), 0.12 / W, 0.8 * (1 - 0.9 / H)))
-            fig.colorbar(im, cax=cax)
-            cax.tick_params(labelsize=7)
-        fig.suptitle(f"row cosine similarity of {name}\n(rows ordered by the leading singular vector)", fontsize=9)
-        safe = name.replace("/", "_")
-        _write(fig, out / f"heatmaps_{safe}.png")
-        paths.append(out / f"heatmaps_{safe}.png")
+        p = heatmap_grid(runs, name, out / f"heatmaps_{name.replace('/', '_')}.png")
+        if p is not None:
+            paths.append(p)
     return paths
+
+
+def heatmap_grid(runs: list[RunData], name: str, path: Path, max_cols: int = MAX_HEATMAP_COLUMNS) -> Path | None:
+    """Row-cosine heatmaps C of matrix ``name`` (rows/columns ordered by the leading singular vector, so aligned
+    rows form blocks): one row of panels per run that saved it, one column per step (at most ``max_cols``,
+    log-spaced, :func:`_heatmap_columns`); a grey cell where a run has no heatmap at that step. None when no run
+    saved the matrix."""
+    import textwrap
+
+    plt = _plt()
+    steps = _heatmap_columns([s for r in runs for s, per in r.heatmaps.items() if name in per], max_cols)
+    rows = [(i, r) for i, r in enumerate(runs) if any(name in per for per in r.heatmaps.values())]
+    if not rows or not steps:
+        return None
+    labels = [textwrap.fill(r.label or r.name, 24) for _, r in rows]
+    label_in = 0.25 + 0.16 * max(l.count("\n") + 1 for l in labels)
+    cell = 1.7
+    W = label_in + cell * len(steps) + 0.9
+    H = 0.8 + cell * len(rows) + 0.1
+    fig, axes = plt.subplots(len(rows), len(steps), figsize=(W, H), squeeze=False)
+    fig.subplots_adjust(left=label_in / W, right=1 - 0.9 / W, top=1 - 0.8 / H, bottom=0.1 / H,
+                        wspace=0.08, hspace=0.08)
+    im = None
+    for ri, (run_i, r) in enumerate(rows):
+        for ci, s in enumerate(steps):
+            ax = axes[ri][ci]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            h = r.heatmaps.get(s, {}).get(name)
+            if h is None:
+                ax.set_facecolor("#eeeeee")
+            else:
+                C = h["cos"].astype(np.float32)
+                order = h.get("order", np.arange(C.shape[0]))
+                im = ax.imshow(C[np.ix_(order, order)], cmap="RdBu_r", vmin=-1, vmax=1, interpolation="antialiased")
+            if ri == 0:
+                ax.set_title(f"step {s}", fontsize=8)
+            if ci == 0:
+                ax.set_ylabel(labels[ri], fontsize=8, color=_color(run_i))
+    if im is not None:
+        cax = fig.add_axes((1 - 0.75 / W, 0.1 / H + 0.1 * (1 - 0.9 / H), 0.12 / W, 0.8 * (1 - 0.9 / H)))
+        fig.colorbar(im, cax=cax)
+        cax.tick_params(labelsize=7)
+    fig.suptitle(f"row cosine similarity of {name}\n(rows ordered by the leading singular vector)", fontsize=9)
+    return _write(fig, path)
 
 
 def _n_layers(runs: list[RunData]) -> int:
