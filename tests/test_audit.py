@@ -352,3 +352,14 @@ def test_cli_preset_with_overrides_and_bad_input(tmp_path, capsys):
     assert main(["audit", "tiny", "--out", str(busy)]) == 2
     assert "not an audit output" in capsys.readouterr().err
     assert main(["audit", "tiny", "--gamma", "-1"]) == 2
+
+
+def test_load_report_round_trips(tmp_path):
+    from smallinit.audit import load_report
+
+    rep = audit(_tiny(1.0), batch=1, seq_len=16, notes=["!a note"])
+    rep.save(tmp_path / "o", figures=False)
+    back = load_report(tmp_path / "o")
+    assert back.to_dict() == rep.to_dict()
+    with pytest.raises(ConfigError):
+        load_report(tmp_path)

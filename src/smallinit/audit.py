@@ -62,6 +62,7 @@ __all__ = [
     "implied_gamma",
     "loglog_slope",
     "check_out_dir",
+    "load_report",
 ]
 
 AUDIT_KIND = "smallinit-audit"
@@ -595,6 +596,30 @@ def _render(rows: list[tuple[str, ...]], width: int) -> list[str]:
     return lines
 
 
+def load_report(path: str | os.PathLike) -> AuditReport:
+    """An :class:`AuditReport` back from an ``audit.json`` (or the folder holding it), e.g. to redraw its figures."""
+    p = Path(path)
+    p = p / "audit.json" if p.is_dir() else p
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{p}: not a readable audit.json ({e})") from None
+    if not isinstance(d, dict) or d.get("kind") != AUDIT_KIND:
+        raise ConfigError(f"{p}: not an audit output")
+    w = d.get("widths")
+    study = None
+    if w:
+        study = WidthStudy(widths=w["widths"], points=w["points"], notes=w.get("notes", []),
+                           fits=[WidthFit(**f) for f in w["fits"]])
+    return AuditReport(
+        target=d["target"], gamma=d["gamma"], optimizer_eps=d["optimizer_eps"],
+        matrices=[MatrixAudit(**{k: v for k, v in m.items() if k != "kind"} | {"shape": tuple(m["shape"])})
+                  for m in d["matrices"]],
+        norms=[NormAudit(**{k: v for k, v in n.items() if k != "status"}) for n in d["norms"]],
+        branches=[BranchAudit(**b) for b in d["branches"]], sample=d.get("sample", {}), notes=d.get("notes", []),
+        widths=study)
+
+
 # ---- out folder ------------------------------------------------------------------------------------
 
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
@@ -934,6 +959,11 @@ def plot_audit(report: AuditReport, out_dir: str | os.PathLike) -> list[Path]:
         for ax, f in zip(axs.flat, fits):
             pts = [(w, v) for w, v in zip(f.widths, f.values) if v is not None and v > 0]
             ax.loglog([p[0] for p in pts], [p[1] for p in pts], marker="o")
+            ax.minorticks_off()
+            ax.set_xticks([p[0] for p in pts], [str(p[0]) for p in pts])
+            lo, hi = min(p[1] for p in pts), max(p[1] for p in pts)
+            if hi < 2 * lo:  # a flat quantity is drawn flat, not zoomed into its noise
+                ax.set_ylim(lo / 2, hi * 2)
             ax.set_title(f"{f.quantity}\nslope {_fmt(f.slope, 3)}", fontsize=8)
             ax.set_xlabel("width d", fontsize=8)
             ax.tick_params(labelsize=7)
