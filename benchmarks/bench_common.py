@@ -138,7 +138,7 @@ def make_step(model: nn.Module, vocab: int, seq: int, batch: int, forward: Calla
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, vocab, (batch, seq), generator=g)
     y = torch.randint(0, vocab, (batch, seq), generator=g)
-    fwd = forward or model
+    fwd = forward if forward is not None else model
 
     def step() -> float:
         if loss_fn is not None:

@@ -76,8 +76,9 @@ class TrainConfig:
     seed: int = 0
     dtype: str = "fp32"
     """"fp32" or "bf16" (autocast; parameters, norms and the loss stay float32)."""
-    compile: bool = False
-    """Wrap the model in ``torch.compile``."""
+    compile: bool | str = "auto"
+    """Wrap the model in ``torch.compile``: true, false, or "auto" (on only where the run is long enough to repay
+    the compile; the rule and its measurement: :func:`smallinit.train.compile.resolve_compile`)."""
     device: str = "auto"
     """"auto" (cuda if available, else cpu), "cpu" or "cuda"."""
     log_every: int = 10
@@ -157,6 +158,8 @@ class RunConfig:
         for k, (v, allowed) in choices.items():
             if v not in allowed:
                 raise ConfigError(f"{k}: unknown value {v!r}; choose one of {', '.join(allowed)}")
+        if not isinstance(t.compile, bool) and t.compile != "auto":
+            raise ConfigError(f"train.compile: unknown value {t.compile!r}; choose one of true, false, auto")
         if any(s <= 0 for s in t.ckpt_steps):
             raise ConfigError(f"train.ckpt_steps must be steps > 0, got {list(t.ckpt_steps)}")
         if t.micro_batch_size and t.batch_size % t.micro_batch_size:

@@ -52,6 +52,7 @@ from smallinit.io import atomic_write_json, atomic_write_text, read_jsonl
 from smallinit.model import ModelConfig, Transformer
 from smallinit.model.moe import update_expert_bias
 from smallinit.train import distributed as dist_utils
+from smallinit.train.compile import compile_module, resolve_compile
 from smallinit.train.config import RunConfig, config_from_dict, save_config
 from smallinit.train.schedule import lr_at
 from smallinit.device import resolve_device as _resolve_device
@@ -246,7 +247,10 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             param_groups(model, c.optim.weight_decay, c.optim.decay_embeddings), lr=c.optim.lr,
             betas=tuple(c.optim.betas), eps=c.optim.eps, fused=True)
-        self.forward = torch.compile(self.wrapped) if c.train.compile else self.wrapped
+        # train.compile "auto": on only where the run repays the compile (rule and measurement: train/compile.py)
+        self.compiled = resolve_compile(c.train.compile, self.device, c.model.d_model, c.train.max_steps,
+                                        c.model.moe.enabled)
+        self.forward = compile_module(self.wrapped) if self.compiled else self.wrapped
 
     def _check_data(self) -> None:
         """Everything about the data that would otherwise fail after training steps: a window of seq_len in
@@ -438,9 +442,8 @@ class Trainer:
             if fsdp:
                 self.model.set_requires_gradient_sync(last)
             with self._micro_step_context(last):
-                with self.autocast():
-                    logits = self.forward(x)
-                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+                with self.autocast():  # the loss from the chunked LM head (model/loss.py): no full logits kept
+                    loss = self.forward(x, targets=y)
                 aux = self.model.aux_loss()
                 loss = self._callbacks("on_loss", self.step, loss) or loss
                 total = loss + aux if aux is not None else loss

@@ -1,0 +1,47 @@
+"""train.compile: true / false / "auto" (the default) and the auto rule; the shared compile cache folder."""
+
+import pytest
+import torch
+
+from smallinit.errors import ConfigError
+from smallinit.train import compile as C
+from smallinit.train.config import config_from_dict, load_config
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def test_default_is_auto_and_bools_still_load():
+    assert load_config("tiny").train.compile == "auto"
+    assert load_config("tiny", ["train.compile=true"]).train.compile is True
+    assert load_config("tiny", ["train.compile=false"]).train.compile is False
+    assert config_from_dict({"train": {"compile": False}}).train.compile is False  # configs saved before "auto"
+    for bad in ("maybe", "1", "[auto]"):
+        with pytest.raises(ConfigError, match="train.compile"):
+            load_config("tiny", [f"train.compile={bad}"])
+
+
+def test_explicit_setting_wins():
+    assert C.resolve_compile(True, CPU, 16, 1) is True
+    assert C.resolve_compile(False, CUDA, 4096, 10**6) is False
+
+
+def test_auto_stays_off_for_tests_short_runs_and_the_small_cpu_shape():
+    assert not C.resolve_compile("auto", CPU, 32, 8)  # a test run
+    assert not C.resolve_compile("auto", CPU, 128, 10**6)  # the reproduction's shape: compile never repaid
+    assert not C.resolve_compile("auto", CPU, C.AUTO_MIN_D_CPU, C.AUTO_MIN_STEPS_CPU - 1)
+    assert not C.resolve_compile("auto", CUDA, 768, C.AUTO_MIN_STEPS_CUDA - 1)
+    assert not C.resolve_compile("auto", CPU, 1024, 10**6, moe=True)
+    assert not C.resolve_compile("auto", torch.device("meta"), 1024, 10**6)
+
+
+def test_auto_turns_on_for_long_runs():
+    assert C.resolve_compile("auto", CPU, C.AUTO_MIN_D_CPU, C.AUTO_MIN_STEPS_CPU)
+    assert C.resolve_compile("auto", CUDA, 768, C.AUTO_MIN_STEPS_CUDA)
+
+
+def test_compile_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "given"))
+    assert C.compile_cache_dir() == tmp_path / "given"
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert C.compile_cache_dir() == tmp_path / "xdg" / "smallinit" / "inductor"
