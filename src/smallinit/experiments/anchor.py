@@ -19,8 +19,10 @@ held-out-pair accuracy, and for the held-out questions the share of answers matc
 
 (first match in this order). The model is this project's :class:`~smallinit.model.Transformer` trained
 with AdamW and :func:`~smallinit.train.schedule.lr_at` (warmup + cosine), cross-entropy on the last
-position only, on a fixed training set of ``n_train`` sequences; a disjoint in-distribution set gives
-``val_loss`` (for learning-rate selection) — the held-out pairs are never used for any choice.
+position only, on a fixed training set of ``n_train`` sequences, for ``steps`` steps (or, with ``stop_in_acc``
+set, until an evaluation's in-distribution accuracy reaches it, ``steps`` being the cap); a disjoint
+in-distribution set gives ``val_loss`` (for learning-rate selection) — the held-out pairs are never used for any
+choice.
 
     result = train_anchor(AnchorConfig(gamma=1.0, steps=1500), out_dir="out/anchor-g1")
     result["final"]["heldout_acc"], result["final"]["answers"]["inferential"]
@@ -81,6 +83,10 @@ class AnchorConfig:
     gate: str = "none"
     eval_every: int = 100
     threads: int = 0
+    stop_in_acc: float = 0.0
+    """Stop at the first evaluation (every ``eval_every`` steps) whose in-distribution accuracy ``in_acc`` is
+    >= this (0 = off: always train ``steps``). ``steps`` stays the cap and sets the learning-rate schedule; the
+    steps actually run are ``result["steps_run"]``. The held-out pairs never enter the decision."""
 
     def validate(self) -> None:
         shifts = sorted(SHIFTS.values())
@@ -102,6 +108,8 @@ class AnchorConfig:
                 raise ConfigError(f"anchor: {name} must be > 0, got {getattr(self, name)}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"anchor: lr must be > 0, got {self.lr}")
+        if not (0.0 <= self.stop_in_acc <= 1.0):
+            raise ConfigError(f"anchor: stop_in_acc must be in [0, 1] (0 = off), got {self.stop_in_acc}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -284,6 +292,7 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
         history: list[dict[str, Any]] = []
         mf = open(out / "metrics.jsonl", "a") if out is not None else None
         ev = None
+        steps_run = 0
         try:
             ev = evaluate(model, sets, trained)
             history.append(_record(0, None, 0.0, ev, t_start))
@@ -316,17 +325,22 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
                         mf.flush()
                     log(f"step {s}: loss {loss.item():.3f} val {ev['val_loss']:.3f} in-acc {ev['in_acc']:.3f} "
                         f"held-out {ev['heldout_acc']:.3f} inferential {ev['answers']['inferential']:.3f}")
+                steps_run = s
+                learned = s % cfg.eval_every == 0 and ev["in_acc"] >= cfg.stop_in_acc
+                if cfg.stop_in_acc > 0 and s < cfg.steps and learned:
+                    log(f"step {s}: in-distribution accuracy {ev['in_acc']:.3f} >= {cfg.stop_in_acc}: stopping")
+                    break
         finally:
             if mf:
                 mf.close()
         final = {k: v for k, v in ev.items() if not k.startswith("_")}
         result = {"config": cfg.to_dict(), "train_pairs": [list(p) for p in trained], "shifts": SHIFTS,
-                  "final": final, "history": history,
+                  "final": final, "history": history, "steps_run": steps_run,
                   "heldout_correct": "".join("1" if c else "0" for c in ev["_correct"].tolist()),
                   "params": model.num_params(), "wall_time": time.time() - t_start}
         if out is not None:
             atomic_write_json(out / "result.json", result)
-            atomic_write_json(out / "summary.json", {"completed": True, "step": cfg.steps,
+            atomic_write_json(out / "summary.json", {"completed": True, "step": steps_run,
                                                      "final_val_loss": final["val_loss"],
                                                      "heldout_acc": final["heldout_acc"], "in_acc": final["in_acc"],
                                                      "wall_time": result["wall_time"]})

@@ -1,6 +1,18 @@
 """Claim 2: without the two fixes (ε = 1e-5, no gate) the advantage of γ = 1 over γ = 0.5 shrinks as the model
 grows; with them (ε = 1e-12, elementwise gate) it does not. Arms: γ ∈ {0.5, 1} × {no fix, fix} at every size of
 the preset's ``shrink_sizes``.
+
+Rule (:func:`judge`). A(N) = loss(γ=0.5) − loss(γ=1) at size N. Supported when all three parts are:
+(a) without the fixes the advantage shrinks, A_nofix(N_min) − A_nofix(N_max) > 0; (b) the fixes remove the
+shrinkage, [A_fix(N_max) − A_fix(N_min)] − [A_nofix(N_max) − A_nofix(N_min)] > 0; (c) with the fixes γ = 1 is
+actually *ahead* at the largest size, A_fix(N_max) > 0. Part (c) was added after the ``cpu`` report called the
+claim "supported" on the trend alone while γ = 1 was ≈ 0.5 nats *behind* at every size: a trend of a negative
+advantage says nothing about "the advantage of γ = 1".
+
+Confound. Every size of a preset trains on the same number of tokens, so tokens per parameter
+(tokens / non-embedding parameters) falls as width grows; when the sizes' ratios differ (by more than 10%) the
+verdict's notes say "width is confounded with tokens per parameter: … to …" — a shrinking advantage may be a
+shorter relative budget rather than a larger width.
 """
 
 from __future__ import annotations
@@ -11,8 +23,8 @@ from typing import Any
 from smallinit.experiments.claims.context import ClaimContext, fmt, fmt_ci
 from smallinit.experiments.claims.plots import pyplot, save
 from smallinit.figures import finish_axes
-from smallinit.experiments.claims.rules import (INCONCLUSIVE, Effect, Verdict, combine, difference,
-                                                lower_is_better_effect)
+from smallinit.experiments.claims.rules import (INCONCLUSIVE, SUPPORTED, Effect, Verdict, combine, difference,
+                                                is_finite, lower_is_better_effect)
 from smallinit.experiments.presets import BASELINE, PAPER, Arm, Preset, arm
 
 ID = 2
@@ -29,11 +41,18 @@ def arms(p: Preset) -> dict[str, Arm]:
     return roles
 
 
-def judge(adv_nofix: dict[float, Effect], adv_fix: dict[float, Effect]) -> Verdict:
+def judge(adv_nofix: dict[float, Effect], adv_fix: dict[float, Effect],
+          tokens_per_param: dict[float, float] | None = None) -> Verdict:
     """Claim 2. adv_*[N] = the advantage of γ = 1 over γ = 0.5 (loss(γ=0.5) − loss(γ=1)) at size N, without
-    and with the two fixes. Parts: (a) without fixes the advantage shrinks from the smallest to the largest
-    size: A_nofix(N_min) − A_nofix(N_max) > 0; (b) the fixes remove the shrinkage:
-    [A_fix(N_max) − A_fix(N_min)] − [A_nofix(N_max) − A_nofix(N_min)] > 0."""
+    and with the two fixes; ``tokens_per_param[N]`` = training tokens / non-embedding parameters at size N
+    (optional). Parts (all must be supported):
+
+    (a) without fixes the advantage shrinks: A_nofix(N_min) − A_nofix(N_max) > 0;
+    (b) the fixes remove the shrinkage: [A_fix(N_max) − A_fix(N_min)] − [A_nofix(N_max) − A_nofix(N_min)] > 0;
+    (c) with the fixes γ = 1 is ahead at the largest size: A_fix(N_max) > 0 (its own interval above 0).
+
+    Differences of effects combine their half-widths as sqrt(h1² + h2²) (rules.difference). When the sizes'
+    tokens per parameter differ (max/min > 1.1) a note names the confound."""
     sizes = sorted(set(adv_nofix) & set(adv_fix))
     if len(sizes) < 2:
         return Verdict(INCONCLUSIVE, notes=["needs at least two model sizes"])
@@ -42,31 +61,53 @@ def judge(adv_nofix: dict[float, Effect], adv_fix: dict[float, Effect]) -> Verdi
     trend_fix = difference("(info) with fixes: A(largest) − A(smallest)", adv_fix[hi], adv_fix[lo])
     trend_nofix = difference("without fixes: A(largest) − A(smallest)", adv_nofix[hi], adv_nofix[lo])
     removed = difference("(b) trend with fixes − trend without", trend_fix, trend_nofix)
-    v = combine([shrink.verdict, removed.verdict])
-    nums = {"sizes": sizes, "advantage_nofix": {str(n): adv_nofix[n].value for n in sizes},
-            "advantage_fix": {str(n): adv_fix[n].value for n in sizes}}
-    return Verdict(v, [shrink, removed, trend_fix], nums)
+    a_big = adv_fix[hi]
+    ahead = Effect("(c) with fixes: A(largest) = loss(γ=0.5) − loss(γ=1) at the largest size", a_big.value, a_big.lo,
+                   a_big.hi, a_big.noise)
+    v = combine([shrink.verdict, removed.verdict, ahead.verdict])
+    nums: dict[str, Any] = {"sizes": sizes, "advantage_nofix": {str(n): adv_nofix[n].value for n in sizes},
+                            "advantage_fix": {str(n): adv_fix[n].value for n in sizes}}
+    notes = []
+    tpp = {n: tokens_per_param[n] for n in sizes if tokens_per_param and is_finite(tokens_per_param.get(n))}
+    if tpp:
+        nums["tokens_per_param"] = {str(n): tpp[n] for n in sizes if n in tpp}
+        vals = list(tpp.values())
+        if len(vals) >= 2 and min(vals) > 0 and max(vals) / min(vals) > 1.1:
+            notes.append(f"width is confounded with tokens per parameter: {tpp.get(lo, vals[0]):.3g} at the smallest "
+                         f"size to {tpp.get(hi, vals[-1]):.3g} at the largest (same tokens for every size), so a "
+                         "shrinking advantage may come from the shorter relative budget rather than from width")
+    if ahead.verdict != SUPPORTED and shrink.verdict == SUPPORTED and removed.verdict == SUPPORTED:
+        notes.append("the trend parts pass but γ = 1 is not ahead with the fixes at the largest size "
+                     f"(A = {fmt(a_big.value)}): the trend alone does not support the claim")
+    return Verdict(v, [shrink, removed, ahead, trend_fix], nums, notes)
 
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
     roles = ctx.roles
     adv = {"nofix": {}, "fix": {}}
+    tpp: dict[float, float] = {}
     rows = []
     for z in ctx.p.shrink_sizes:
-        n = ctx.cost(roles[f"{z}/fix/1"]).get("non_embedding_params")
+        cost = ctx.cost(roles[f"{z}/fix/1"])
+        n = cost.get("non_embedding_params")
+        if n and cost.get("tokens"):
+            tpp[float(n)] = float(cost["tokens"]) / float(n)
         for setting in ("nofix", "fix"):
             a05, a1 = roles[f"{z}/{setting}/0.5"], roles[f"{z}/{setting}/1"]
             e = lower_is_better_effect(f"{z} {setting}: loss(γ=0.5) − loss(γ=1)", ctx.losses(a1), ctx.losses(a05),
                                        ctx.loss_hw(a1, a05))
             adv[setting][float(n)] = e
-            rows.append([z, f"{n / 1e6:.2f}M", setting, fmt(ctx.losses(a05)), fmt(ctx.losses(a1)), fmt(e.value),
-                         fmt_ci(e)])
-    v = judge(adv["nofix"], adv["fix"])
+            ratio = f"{tpp[float(n)]:.3g}" if float(n) in tpp else "—"
+            rows.append([z, f"{n / 1e6:.2f}M", ratio, setting, fmt(ctx.losses(a05)), fmt(ctx.losses(a1)),
+                         fmt(e.value), fmt_ci(e)])
+    v = judge(adv["nofix"], adv["fix"], tpp)
     plot = plot_advantage(ctx.out, "claim2_advantage.png", adv, title="Claim 2: advantage of γ = 1 vs size")
     table = {"title": "advantage A = loss(γ=0.5) − loss(γ=1) by size",
-             "columns": ["size", "non-emb params", "setting", "loss γ=0.5", "loss γ=1", "A", "interval"], "rows": rows}
+             "columns": ["size", "non-emb params", "tokens/param", "setting", "loss γ=0.5", "loss γ=1", "A",
+                         "interval"], "rows": rows}
     measured = ("advantage of γ = 1 over γ = 0.5 (final val loss difference) at each size, without the fixes "
-                "(ε = 1e-5, no gate) and with them (ε = 1e-12, elementwise gate)")
+                "(ε = 1e-5, no gate) and with them (ε = 1e-12, elementwise gate); supported needs the shrinkage "
+                "without fixes, its removal with them, and γ = 1 ahead with the fixes at the largest size")
     return ctx.result(measured, v, plots=[plot], tables=[table], runs=ctx.names(*roles.values()))
 
 
