@@ -44,7 +44,7 @@ _DIR_KINDS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 # keys a JSON file output of each kind carries
 _FILE_KINDS: dict[str, tuple[str, ...]] = {
-    "eval": ("results", "config"),
+    "eval": ("tasks", "config"),
     "probe": ("step", "layers"),
 }
 
