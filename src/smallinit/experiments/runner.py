@@ -14,13 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import yaml
-
 from smallinit.errors import ConfigError, RunDirError
 from smallinit.experiments.cost import fmt_seconds
 from smallinit.experiments.job import Job, run_job, write_job_file
 from smallinit.io import atomic_write_json
-from smallinit.rundir import config_mismatch, last_step, read_json, run_state
+from smallinit.rundir import config_mismatch, last_step, read_config, read_json, run_state
 
 
 @dataclass
@@ -105,13 +103,10 @@ class JobRunner:
     def _check_config(self, job: Job) -> None:
         if job.expected_config is None:
             return
-        p = job.run_dir / "config.yaml"
-        if not p.is_file():
-            return
         try:
-            existing = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError:
-            return
+            existing = read_config(job.run_dir)
+        except RunDirError:
+            return  # no config (a new run) or an unreadable one (the task itself reports it)
         diff = config_mismatch(existing, job.expected_config)
         if diff:
             k, (a, b) = next(iter(diff.items()))
