@@ -28,7 +28,7 @@ from smallinit.errors import RunDirError
 from smallinit.io import read_jsonl
 
 IGNORED_IN_COMPARISON: tuple[str, ...] = ("train.progress", "train.threads", "train.device", "train.tensorboard",
-                                          "train.keep_ckpts")
+                                          "train.keep_ckpts", "train.compile")
 """Config keys that only concern how a run is executed, never what it learns or records: ignored whenever two
 run configs are compared."""
 
