@@ -275,3 +275,60 @@ def test_progress_lines_in_a_log_file_and_a_bar_on_a_terminal():
     p = Progress(10, 0, enabled=True, stream=t)
     assert p.bar is not None
     p.close()
+
+
+# ---- the policy itself ---------------------------------------------------------------------------------------
+
+def test_output_policy_rules(tmp_path):
+    from smallinit.errors import ConfigError
+    from smallinit.outputs import check_out_dir, check_out_file, output_kind, staged_dir
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for n in ("meta.json", "train.bin", "val.bin"):
+        (data / n).write_text("x")
+    assert output_kind(data) == "data"
+    assert check_out_dir(tmp_path / "new", "data").state == "new"
+    (tmp_path / "empty").mkdir()
+    assert check_out_dir(tmp_path / "empty", "data").state == "new"
+    with pytest.raises(ConfigError, match="already holds"):
+        check_out_dir(data, "data")
+    assert check_out_dir(data, "data", force=True).state == "replace"
+    with pytest.raises(ConfigError, match="not empty"):
+        check_out_dir(data, "export", force=True)  # --force replaces only an output of the same kind
+    with pytest.raises(ConfigError, match="be or contain the input"):
+        check_out_dir(data, "data", inputs=[data], force=True)
+    with pytest.raises(ConfigError, match="be or contain the input"):
+        check_out_dir(tmp_path, "data", inputs=[data], force=True)
+    with pytest.raises(ConfigError, match="inside the input"):
+        check_out_dir(data / "sub", "data", inputs=[data], force=True)
+    assert check_out_dir(data / "sub", "data", inputs=[data]).state == "new"  # a new folder inside: fine
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("x")
+    (run / "checkpoints").mkdir()
+    assert check_out_dir(run, "run", inputs=[run], can_continue=True).state == "continue"
+    f = tmp_path / "f.json"
+    f.write_text("{}")
+    with pytest.raises(ConfigError, match="is a file"):
+        check_out_dir(f, "data")
+    with pytest.raises(ConfigError, match="not an eval results file"):
+        check_out_file(f, "eval")
+    f.write_text('{"tasks": {}, "config": {}}')
+    assert check_out_file(f, "eval") == f
+    with pytest.raises(ConfigError, match="is a folder"):
+        check_out_file(data, "eval")
+    with pytest.raises(ConfigError, match="is the input"):
+        check_out_file(f, "eval", inputs=[f])
+    # written beside and renamed into place; an error leaves the destination as it was and no temporary
+    plan = check_out_dir(data, "data", force=True)
+    with pytest.raises(RuntimeError):
+        with staged_dir(plan) as tmp:
+            (tmp / "meta.json").write_text("new")
+            raise RuntimeError("boom")
+    assert (data / "meta.json").read_text() == "x"
+    with staged_dir(plan) as tmp:
+        for n in ("meta.json", "train.bin", "val.bin"):
+            (tmp / n).write_text("new")
+    assert (data / "meta.json").read_text() == "new"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

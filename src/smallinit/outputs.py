@@ -9,8 +9,10 @@ The rule, checked **before any work starts** (:func:`check_out_dir`, :func:`chec
    or, with ``--force``, replaced.
 3. Anything else (a file, a prepared dataset given to ``train --out``, a user folder with its own files) is
    refused with one line; ``--force`` does not change that: it only replaces a previous output of the same kind.
-4. ``--force`` (and every replacement) never touches a folder that is, contains, or lies inside any input of
-   the command (:func:`overlaps`): ``export RUN RUN --force`` and ``export RUN PARENT --force`` are refused.
+4. An output that is or contains an input is refused; ``--force`` never replaces a folder that is, contains, or
+   lies inside any input of the command: ``export RUN RUN --force``, ``export RUN PARENT --force`` and
+   ``export RUN RUN/sub --force`` are refused (a *new* folder inside an input, without ``--force``, is fine:
+   ``plot RUN --out RUN/plots``).
 5. The destination's parent must be writable (a read-only filesystem is refused up front, not after the work).
 6. Everything is written beside the destination (``.NAME.tmp-PID``) and renamed into place
    (:func:`staged_dir`, :func:`install_dir`); a replaced output is moved aside first and removed only after the
@@ -138,9 +140,14 @@ def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | o
     for src in inputs:
         if src is None or str(src) == "":
             continue
-        if overlaps(out, src) and not (can_continue and _resolved(out) == _resolved(src) and output_kind(out) == kind):
-            raise ConfigError(f"{out}: the output folder would be, contain or lie inside the input {src}; "
-                              "choose an output folder outside every input")
+        ro, rs = _resolved(out), _resolved(src)
+        if ro == rs or ro in rs.parents:  # the output is, or holds, an input
+            if not (can_continue and ro == rs and output_kind(out) == kind):
+                raise ConfigError(f"{out}: the output folder would be or contain the input {src}; "
+                                  "choose an output folder outside every input")
+        elif rs in ro.parents and force:  # --force never replaces anything inside an input
+            raise ConfigError(f"{out}: lies inside the input {src}; --force never replaces a folder inside an "
+                              "input: choose an output folder outside it")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is a file, not a folder; choose a folder name")
     if not out.exists() or _is_empty_dir(out):
