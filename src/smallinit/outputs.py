@@ -43,6 +43,10 @@ _DIR_KINDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "export": (("config.json", "model.safetensors", "README.md"),),
     "sweep": (("sweep.json",),),
     "reproduce": (("plan.json",),),
+    "compare": (("compare.json",),),
+    "scaling": (("scaling.json",),),
+    "anchor": (("anchor.json",),),
+    "plot": (("index.html",),),  # last: a reproduce folder has an index.html too
 }
 # keys a JSON file output of each kind carries
 _FILE_KINDS: dict[str, tuple[str, ...]] = {
@@ -52,7 +56,8 @@ _FILE_KINDS: dict[str, tuple[str, ...]] = {
 
 KIND_NAMES = {"run": "a run directory", "data": "a prepared data directory", "export": "a Hugging Face export",
               "sweep": "a sweep folder", "reproduce": "a reproduce folder", "eval": "an eval results file",
-              "probe": "a probe results file"}
+              "probe": "a probe results file", "compare": "a compare folder", "scaling": "a scaling folder",
+              "anchor": "an anchor run", "plot": "a plot folder"}
 
 
 def output_kind(path: str | os.PathLike) -> str | None:
