@@ -118,18 +118,20 @@ def test_gpu_dry_run_prints_the_plan_and_its_cost(tmp_path, capsys):
     assert not (tmp_path / "gpu" / "runs").exists()            # nothing ran
 
 
-def test_demo_plan_covers_its_claims_with_four_models():
+def test_demo_plan_covers_its_claims_with_three_models_and_a_crossover():
     arms = claim_arms(DEMO)
     assert sorted(arms) == [1, 4, 6, 7, 9]
     unique = {a for roles in arms.values() for a in roles.values()}
     lm = {a for a in unique if not isinstance(a, AnchorArm)}
-    assert len(lm) == 4  # baseline, paper, and γ 0.5 / 1 without the gate (ε = 1e-12)
+    assert len(lm) == 3  # claims 4/6 (γ 0.5 / 1 at ε 1e-12: no gate, and γ 1 with the gate); claim 7's reference
+    assert DEMO.crossover is not None and set(DEMO.crossover.arms) == {"baseline", "paper"}  # claim 1's own runs
     assert sorted(a.gamma for a in unique - lm) == [0.5, 1.0]  # claim 9: the anchor task at γ 0.5 and 1
     cpu = get_preset("cpu")
     assert sorted(claim_arms(cpu)) == list(CLAIMS)
     assert len(cpu.lrs) >= 3 and cpu.n_seeds(1) == 2 and cpu.n_seeds(9) == 2
-    main = cpu.sizes[cpu.main_size]["model.d_model"]
-    assert main >= 512  # claims 1, 2, 3, 5 include d_model >= 512
+    assert cpu.crossover is not None and cpu.crossover.tokens >= 8_000_000 and cpu.crossover.seeds >= 2
+    assert set(cpu.crossover.arms) == {"baseline", "paper", "gamma-only"}
+    assert get_preset("cpu-long").crossover.tokens >= 64_000_000
     assert get_preset("demo", seeds=3).n_seeds(1) == 3
 
 

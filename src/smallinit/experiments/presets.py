@@ -166,25 +166,26 @@ DEMO = Preset(
 )
 
 CPU_STEPS = 240
-"""Steps per `cpu` run: 27 d512 runs of 240 steps (plus the smaller widths) fill the 2-hour budget on 2 cores."""
+"""Steps per short `cpu` run (claims 2–6, 8–10): they take ≈ 50 min on 2 cores; claim 1's crossover the rest."""
 
 CPU = Preset(
     name="cpu",
-    budget="≤ 2 hours on a 2-core CPU",
-    description=("widths 128/256/512 at depth 2, ~0.25M tokens per run (240 steps of 8×128); learning rate swept "
-                 "over 3 values for every arm, chosen on tune_loss; 2 seeds for claims 1 and 9"),
+    budget="≈ 2–2.5 hours on a 2-core CPU (dry-run estimate 2h22m at 37 GFLOP/s per job)",
+    description=("claim 1 (and 7) from a crossover at d128 × 4 layers, T 256: 8M tokens per arm × seed, arms baseline, "
+                 "paper and γ-only, 2 seeds, budgets D/16 … D; the other claims on short runs (widths 64/128/256 at "
+                 "depth 2, 240 steps of 8×128), learning rate swept over 3 values per arm on tune_loss"),
     claims=tuple(range(1, 11)),
     base={"model": {"preset": "tiny", "max_seq_len": 128},
           "data": {"seq_len": 128, "val_batches": 8, "tune_batches": 8, "bos": True},
           "optim": {"warmup_steps": 30},
           "train": {"batch_size": 8, "log_every": 10, "eval_every": 100, "ckpt_every": 100, "keep_ckpts": 1},
           "probe": {"every": 25}},
-    sizes={"d128": shape(128, 2, 2, 384, CPU_STEPS), "d256": shape(256, 2, 4, 704, CPU_STEPS),
-           "d512": shape(512, 2, 8, 1408, CPU_STEPS),
+    sizes={"d64": shape(64, 2, 2, 192, CPU_STEPS), "d128": shape(128, 2, 2, 384, CPU_STEPS),
+           "d256": shape(256, 2, 4, 704, CPU_STEPS),
            "d128-moe": shape(128, 2, 2, 384, CPU_STEPS, **{"model.moe.n_experts": 4, "model.moe.top_k": 2,
                                                        "model.moe.d_expert": 192, "probe.heatmaps": ["blocks.0.attn.q"]})},
-    main_size="d512", probe_size="d128", shrink_sizes=("d128", "d256", "d512"),
-    scaling_sizes=("d128", "d256", "d512"), moe_size="d128-moe",
+    main_size="d256", probe_size="d128", shrink_sizes=("d64", "d128", "d256"),
+    scaling_sizes=("d64", "d128", "d256"), moe_size="d128-moe",
     lrs=(1e-3, 3e-3, 1e-2),
     seeds={1: 2, 9: 2},
     gammas=(0.25, 0.5, 0.75, 1.0, 1.25, 1.5),
@@ -231,8 +232,9 @@ GPU = Preset(
     sink_without_bos=True,
     gflops=400_000.0,
     anchor_gflops=20_000.0,
-    crossover=CrossoverPlan(size="0.1b", tokens=6_000_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"),
-                            lr=3e-3, overrides={"probe.every": 0, "train.eval_every": 100_000}),
+    crossover=CrossoverPlan(size="0.1b", tokens=10_000_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"),
+                            lr=3e-3, overrides={"probe.every": 0, "train.eval_every": 100_000,
+                                                "optim.warmup_steps": 500}),
 )
 
 CPU_LONG = copy.deepcopy(CPU)
