@@ -120,7 +120,8 @@ def _check_writable(path: Path) -> None:
 
 
 def _is_empty_dir(p: Path) -> bool:
-    return p.is_dir() and not any(p.iterdir())
+    """A folder with nothing in it but possibly a ``.lock`` file (a lock holds no output)."""
+    return p.is_dir() and not any(c.name != ".lock" for c in p.iterdir())
 
 
 @dataclass
@@ -203,7 +204,7 @@ def install_dir(tmp: Path, plan: OutputPlan) -> Path:
     old = None
     if out.exists():
         if _is_empty_dir(out):
-            out.rmdir()
+            shutil.rmtree(out)
         elif plan.state == "replace" and output_kind(out) == plan.kind:
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)
