@@ -2,21 +2,23 @@
 
 ``train.compile = "auto"`` (the default) resolves, per run, to
 
-    compile  ⇔  device is CUDA and max_steps ≥ AUTO_MIN_STEPS_CUDA
-             or  device is CPU, the model is dense, d_model ≥ AUTO_MIN_D_CPU and max_steps ≥ AUTO_MIN_STEPS_CPU
+    compile  ⇔  device is CUDA and max_steps ≥ AUTO_MIN_STEPS_CUDA (300)
+             or  device is CPU, the model is dense and max_steps ≥ AUTO_MIN_STEPS_CPU (1000)
 
-The CPU thresholds come from ``benchmarks/compile_bench.py`` (table in benchmarks/RESULTS.md): a run repays the
-compile when steps · t_step · (1 − 1/speed-up) exceeds the compile time (cold for the first run of a shape,
-cached for the rest). At the reproduction's shape (d 128) compiled steps measured no faster than the eager fast
-paths of :mod:`smallinit.model` on this CPU, so no length repays it there; at d 384 the measured speed-up and
-compile time set AUTO_MIN_STEPS_CPU. On CUDA, compiled kernels are the norm (2–3× fewer memory passes) and a
-compile of these models takes about a minute: a few hundred steps repay it. Tests and short runs (fewer steps than
-the thresholds) stay eager. ``true``/``false`` force it either way.
+A run repays the compile when steps · t_step · (1 − 1/s) > compile time (s = compiled speed-up). Measured on CPU
+(``benchmarks/compile_bench.py``, benchmarks/RESULTS.md): at the reproduction's shape (d 128 × 4, T 256, B 16,
+one thread) s = 1.27 over the eager fast paths of :mod:`smallinit.model`, i.e. ≈ 21% of a ≈ 0.3 s step saved
+per step; the compile of such a model took 18–33 s on an idle 2-core machine (RESULTS.md of 2026-11-29), so a
+cold compile breaks even after ≈ 300–500 steps and a cached one (later runs of a shape) far sooner. 1000 steps
+keeps a 2× margin for the cold case. MoE layers stay eager on CPU (their grouped matmul has no compiled CPU
+kernel). CUDA: not measured here (no GPU was lent to this task); compiled kernels are the usual choice there and
+300 steps is a conservative assumption. Tests, the demo (500 steps) and the cpu preset's runs (240) stay eager.
+``true``/``false`` force it either way.
 
 Cache: compiled graphs and kernels go to ``TORCHINDUCTOR_CACHE_DIR``; when unset, a run that compiles points it at
 one folder for all runs (``$XDG_CACHE_HOME/smallinit/inductor``, default ``~/.cache/smallinit/inductor``), so
 the second and later runs of a sweep or reproduction of the same shape load the compiled code instead of
-compiling it again (the cached compile times in RESULTS.md).
+compiling it again.
 """
 
 from __future__ import annotations
@@ -27,11 +29,10 @@ from pathlib import Path
 import torch
 
 AUTO_MIN_STEPS_CUDA = 300
-AUTO_MIN_D_CPU = 384
-AUTO_MIN_STEPS_CPU = 2000
+AUTO_MIN_STEPS_CPU = 1000
 
 
-def resolve_compile(setting: bool | str, device: torch.device, d_model: int, max_steps: int, moe: bool = False) -> bool:
+def resolve_compile(setting: bool | str, device: torch.device, max_steps: int, moe: bool = False) -> bool:
     """Whether a run compiles: ``setting`` if it is a bool, else the "auto" rule of the module docstring."""
     if isinstance(setting, bool):
         return setting
@@ -40,7 +41,7 @@ def resolve_compile(setting: bool | str, device: torch.device, d_model: int, max
     if device.type == "cuda":
         return max_steps >= AUTO_MIN_STEPS_CUDA
     if device.type == "cpu":
-        return not moe and d_model >= AUTO_MIN_D_CPU and max_steps >= AUTO_MIN_STEPS_CPU
+        return not moe and max_steps >= AUTO_MIN_STEPS_CPU
     return False
 
 

@@ -248,8 +248,7 @@ class Trainer:
             param_groups(model, c.optim.weight_decay, c.optim.decay_embeddings), lr=c.optim.lr,
             betas=tuple(c.optim.betas), eps=c.optim.eps, fused=True)
         # train.compile "auto": on only where the run repays the compile (rule and measurement: train/compile.py)
-        self.compiled = resolve_compile(c.train.compile, self.device, c.model.d_model, c.train.max_steps,
-                                        c.model.moe.enabled)
+        self.compiled = resolve_compile(c.train.compile, self.device, c.train.max_steps, c.model.moe.enabled)
         self.forward = compile_module(self.wrapped) if self.compiled else self.wrapped
 
     def _check_data(self) -> None:
