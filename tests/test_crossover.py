@@ -11,6 +11,7 @@ from scipy.optimize import brentq
 
 from smallinit.crossing import (INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SUPPORTED, Crossing, analyse_crossover,
                                 loss_claim_verdict)
+from smallinit.errors import RunDirError
 from smallinit.stats import Interval, cluster_bootstrap_ci, paired_t_interval
 from conftest import tiny_overrides
 
@@ -195,7 +196,36 @@ def test_adding_an_arm_continues_but_changing_one_is_refused(token_dir, tmp_path
     changed.arms["small"] = ["model.gamma=1.25"]
     with pytest.raises(RunDirError, match="arm small"):
         _check_out(out, changed)
-    fewer_tokens = _spec(token_dir)
-    fewer_tokens.tokens //= 2
-    with pytest.raises(RunDirError, match="tokens"):
-        _check_out(out, fewer_tokens)
+    other_cooldown = _spec(token_dir, cooldown=0.3)
+    with pytest.raises(RunDirError, match="cooldown"):
+        _check_out(out, other_cooldown)
+    other_base = _spec(token_dir)
+    other_base.overrides = other_base.overrides + ["optim.weight_decay=0.0"]
+    with pytest.raises(RunDirError, match="overrides"):
+        _check_out(out, other_base)
+
+
+def test_a_larger_budget_extends_the_trunks_and_reuses_every_finished_run(token_dir, tmp_path):
+    """D → 2D with budgets 1/8 … 1 of the new D: the old budgets D/4 … D are the same step counts, so their
+    branches are reused, the trunks continue from their last step, and only the new budget 2D trains a branch."""
+    from smallinit.experiments.crossover import run_crossover
+
+    out = tmp_path / "x"
+    run_crossover(_spec(token_dir), out, log=lambda s: None, n_boot=10)  # budgets 1280, 2560, 5120 tokens
+    trunk = out / "runs" / "small" / "seed0" / "trunk"
+    old = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/seed0/D*/summary.json")}
+    longer = _spec(token_dir)
+    longer.tokens *= 2
+    longer.fractions = [0.125, 0.25, 0.5, 1.0]
+    logs: list[str] = []
+    res = run_crossover(longer, out, log=logs.append, n_boot=10)
+    assert {p: p.stat().st_mtime_ns for p in old} == old  # the old budgets' branches untouched
+    assert json.loads((trunk / "summary.json").read_text())["step"] == 64  # the trunk went on to 0.8 · 80 steps
+    assert (out / "runs" / "small" / "seed0" / "D10240" / "summary.json").is_file()
+    assert [b["tokens"] for b in res["budgets"]] == [1280, 2560, 5120, 10240]
+    assert sum(" skipped " in l for l in logs) == 2 * 3 and sum(" done " in l for l in logs) == 2 * 2
+    other = _spec(token_dir)
+    other.tokens *= 2
+    other.fractions = [0.3, 1.0]  # would start from trunk steps that kept no checkpoint
+    with pytest.raises(RunDirError, match="kept no checkpoint"):
+        run_crossover(other, out, log=lambda s: None)

@@ -217,7 +217,11 @@ def run_job(job: Job) -> tuple[str, str | None]:
     from smallinit.train.loop import resume, train
 
     state = run_state(job.run_dir)
-    if state == "done":
+    extend = False
+    if state == "done" and job.kind == "trunk":
+        have = json.loads((job.run_dir / "summary.json").read_text()).get("step", 0)
+        extend = have < job.config["train"]["max_steps"]  # a larger D: continue the constant-rate trunk
+    if state == "done" and not extend:
         return "skipped", None
     job.run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = open(job.run_dir.parent / f"{job.run_dir.name}.log", "a")
@@ -225,6 +229,9 @@ def run_job(job: Job) -> tuple[str, str | None]:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             if job.kind == "branch" and state == "new":
                 make_branch(job.trunk_dir, job.start, job.config, job.run_dir)
+                state = "partial"
+            if extend:  # the trunk's new length and kept steps (all else checked equal by _check_reuse)
+                save_config(config_from_dict(job.config), job.run_dir / "config.yaml")
                 state = "partial"
             if state == "partial":
                 resume(job.run_dir)
@@ -261,12 +268,12 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[P
 
 
 def _check_out(out: Path, spec: CrossoverSpec) -> None:
-    """OUT must be new, empty, or a crossover of the same spec, which is then continued. A spec that only adds arms
-    (every earlier arm kept with the same overrides, everything else equal) continues it too: new arms train, old
-    runs are reused."""
+    """OUT must be new, empty, or a crossover with the same base settings, which is then continued: arms and seeds
+    may be added and the budgets changed (a larger D extends the trunks; finished runs are reused), but the base
+    config, the overrides, the cooldown fraction and every earlier arm's overrides must stay as they were."""
     if out.exists() and not out.is_dir():
         raise RunDirError(f"--out {out} is a file, not a folder")
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()):
         p = out / SPEC_FILE
         if not p.is_file():
             raise RunDirError(f"--out {out} is a non-empty folder that is not a crossover; choose a new folder")
@@ -275,11 +282,38 @@ def _check_out(out: Path, spec: CrossoverSpec) -> None:
         except ValueError:
             raise RunDirError(f"{p} is damaged; choose a new --out") from None
         new = json.loads(json.dumps(spec.to_dict()))
-        diff = [k for k in new if k != "arms" and old.get(k) != new[k]]
-        diff += [f"arm {a}" for a, ov in (old.get("arms") or {}).items() if new["arms"].get(a) != ov]
+        fixed = ("base", "overrides", "cooldown", "base_config")
+        diff = [k for k in fixed if old.get(k) != new.get(k)]
+        diff += [f"arm {a}" for a, ov in (old.get("arms") or {}).items() if a in new["arms"] and new["arms"][a] != ov]
         if diff:
-            raise RunDirError(f"{out} holds a crossover with another spec ({', '.join(diff)} differ); "
-                              "choose a new --out, or repeat the same command (arms may be added) to continue it")
+            raise RunDirError(f"{out} holds a crossover with other settings ({', '.join(diff)} differ); choose a new "
+                              "--out (arms, seeds and budgets may change; the runs' own settings may not)")
+
+
+def _check_reuse(trunks: list[Job], branches: list[Job]) -> None:
+    """Before any work: an existing trunk must be the same run (all settings but its length and kept steps), and a
+    new branch that starts at or before a trunk's last step needs the trunk's checkpoint there."""
+    from smallinit.checkpoint import CKPT_SUBDIR, ckpt_dir_name
+    from smallinit.rundir import config_mismatch, read_config
+
+    last: dict[Path, int] = {}
+    for t in trunks:
+        if run_state(t.run_dir) == "new":
+            continue
+        have = read_config(t.run_dir)
+        diff = {k: v for k, v in config_mismatch(have, t.config).items()
+                if k not in ("train.max_steps", "train.ckpt_steps")}
+        if diff:
+            k, (a, b) = next(iter(diff.items()))
+            raise RunDirError(f"{t.run_dir} was trained with other settings ({k}: {a!r} there, {b!r} now); "
+                              "choose a new --out")
+        last[t.run_dir] = int(have["train"]["max_steps"]) if run_state(t.run_dir) == "done" else -1
+    for b in branches:
+        end = last.get(b.trunk_dir, -1)
+        if run_state(b.run_dir) == "new" and 0 <= b.start <= end:
+            if not (b.trunk_dir / CKPT_SUBDIR / ckpt_dir_name(b.start)).is_dir():
+                raise RunDirError(f"budget {b.run_dir.name} would start from step {b.start} of {b.trunk_dir}, which "
+                                  "kept no checkpoint there; choose budgets that reuse its kept steps or a new --out")
 
 
 def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int = 1, threads: int = 0,
@@ -292,6 +326,7 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
     out = Path(out_dir)
     _check_out(out, spec)
     trunks, branches, budgets = plan_jobs(spec, out, threads)  # config errors surface before any folder exists
+    _check_reuse(trunks, branches)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):
         atomic_write_json(out / SPEC_FILE, spec.to_dict())
