@@ -1,7 +1,7 @@
 """Where a training step's time goes: torch.profiler table by op for ours and nanoGPT at one shape.
 
     python benchmarks/profile_step.py [--shape d128|d384] [--threads 2] [--steps 4] [--rows 25]
-        [--models none,elementwise,nanogpt]
+        [--models none,elementwise,nanogpt] [--logits-loss]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--rows", type=int, default=25)
     ap.add_argument("--models", default="none,elementwise,nanogpt")
+    ap.add_argument("--logits-loss", action="store_true", help="ours through full logits + F.cross_entropy")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(header(args.threads))
@@ -28,7 +29,9 @@ def main() -> None:
     for name in args.models.split(","):
         torch.manual_seed(0)
         model = nanogpt(args.shape) if name == "nanogpt" else Transformer(ours_config(args.shape, name))
-        step = make_step(model, V, T, B)
+        # ours trains as the Trainer does: model(x, targets=y) (chunked LM-head loss); --logits-loss: the old path
+        lf = None if name == "nanogpt" or args.logits_loss else (lambda f, x, y: f(x, targets=y))
+        step = make_step(model, V, T, B, loss_fn=lf)
         for _ in range(2):
             step()
         with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -142,7 +142,7 @@ def test_training_steps_match_the_reference_path(name):
         assert math.isfinite(a) and a == pytest.approx(b, rel=1e-4, abs=1e-5)
     assert losses[-1][0] < losses[0][0]  # it trained
     for (k, a), b in zip(new.state_dict().items(), old.state_dict().values()):
-        assert torch.allclose(a, b, rtol=1e-3, atol=1e-5), k
+        assert (a - b).abs().max().item() < 3e-3, k  # < one Adam step (lr): float noise can flip a tiny gradient
 
 
 def test_bf16_autocast_loss_close_to_float32():

@@ -51,14 +51,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 e = min(s + chunk, N)
                 z = (hc[s:e] @ wc.t()).to(fdt)  # (rows, V)
                 t = safe_t[s:e]
-                lse = torch.logsumexp(z, dim=-1)
                 picked = z.gather(1, t[:, None]).squeeze(1)
-                per_row = lse - picked
+                m = z.amax(dim=-1, keepdim=True)
+                p = z.sub_(m).exp_()  # exp(z − max), in place of the logits (no logsumexp temporaries)
+                ssum = p.sum(dim=-1, keepdim=True)
+                per_row = (m + ssum.log()).squeeze(1) - picked  # logsumexp(z) − z_y
                 if any_ignored:
                     per_row = per_row * valid[s:e]
                 total += per_row.sum()
                 if need_grad:
-                    p = z.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
+                    p.div_(ssum)  # softmax
                     p.scatter_add_(1, t[:, None], torch.full((e - s, 1), -1.0, dtype=fdt, device=h.device))
                     if any_ignored:
                         p.mul_(valid[s:e, None])
