@@ -306,3 +306,21 @@ def test_anchor_stops_once_in_distribution_accuracy_reaches_the_threshold(tmp_pa
 
 def test_is_finite_helper_used_by_the_rules():
     assert is_finite(1.0) and not is_finite(math.nan) and not is_finite(None)
+
+
+def test_claim11_adam_eps_rule_and_arms():
+    from smallinit.experiments.claims import c11_adam_eps as c11
+    from smallinit.experiments.presets import get_preset
+
+    cpu = get_preset("cpu")
+    roles = c11.arms(cpu)
+    assert roles["tiny"].adam_eps == 1e-16 and roles["default"].adam_eps is None
+    assert roles["tiny"].key != roles["default"].key and roles["default"].size == cpu.shrink_sizes[-1]
+    # the default ε costs 0.05 nats beyond the t-interval: supported; the reverse: not supported; noise: inconclusive
+    assert c11.judge([3.00, 3.01], [3.05, 3.06], None).verdict == "supported"
+    assert c11.judge([3.05, 3.06], [3.00, 3.01], None).verdict == "not supported"
+    assert c11.judge([3.00, 3.10], [3.05, 3.02], None).verdict == "inconclusive"
+    rec = [{"optim_eps": {"matrices": {}}},
+           {"optim_eps": {"matrices": {"blocks.0.attn.q": {"damping": 0.2}, "blocks.0.attn.k": {"damping": 0.4},
+                                       "blocks.0.mlp.up": {"damping": 0.9}}}}]
+    assert c11.first_damping(rec) == pytest.approx(0.3)

@@ -19,7 +19,7 @@ TEST = Preset(  # fixture-sized, in-process: every claim in about a minute on 2 
     name="test",
     budget="seconds (test only)",
     description="fixture-sized models for the test suite",
-    claims=tuple(range(1, 11)),
+    claims=tuple(range(1, 12)),
     base={"model": {"preset": "tiny", "max_seq_len": 32},
           "data": {"seq_len": 32, "val_batches": 2, "tune_batches": 1, "bos": True},
           "optim": {"warmup_steps": 2},

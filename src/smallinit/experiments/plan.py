@@ -61,7 +61,9 @@ def lm_config(p: Preset, a: Arm, lr: float, seed: int, corpus: Path | str) -> Ru
     cfg = load_config(None, [], base=d)
     r = dataclasses.replace
     cfg = r(cfg, model=r(cfg.model, gamma=a.gamma, norm_eps=a.eps, gate=a.gate),
-            data=r(cfg.data, bos=a.bos, path=str(corpus)), optim=r(cfg.optim, lr=lr), train=r(cfg.train, seed=seed))
+            data=r(cfg.data, bos=a.bos, path=str(corpus)),
+            optim=r(cfg.optim, lr=lr, eps=cfg.optim.eps if a.adam_eps is None else a.adam_eps),
+            train=r(cfg.train, seed=seed))
     cfg.validate()
     return cfg
 

@@ -38,16 +38,18 @@ class Arm:
     gate: str
     bos: bool = True
     moe: bool = False
+    adam_eps: float | None = None
+    """AdamW's ε (``optim.eps``); None = the config's (1e-8)."""
 
     @property
     def key(self) -> str:
         moe = "-moe" if self.moe and "moe" not in self.size else ""
         return (f"{self.size}{moe}-g{self.gamma:g}-e{self.eps:g}-{self.gate}"
-                f"{'' if self.bos else '-nobos'}")
+                f"{'' if self.bos else '-nobos'}{'' if self.adam_eps is None else f'-ae{self.adam_eps:g}'}")
 
     def describe(self) -> str:
         return (f"γ={self.gamma:g}, ε={self.eps:g}, gate={self.gate}, {self.size}{' MoE' if self.moe else ''}"
-                f"{'' if self.bos else ', no BOS'}")
+                f"{'' if self.bos else ', no BOS'}{'' if self.adam_eps is None else f', Adam ε={self.adam_eps:g}'}")
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,7 @@ CPU = Preset(
     description=("claim 1 (and 7) from a crossover at d128 × 4 layers, T 256: 8M tokens per arm × seed, arms baseline, "
                  "paper and γ-only, 2 seeds, budgets D/16 … D; the other claims on short runs (widths 64/128/256 at "
                  "depth 2, 240 steps of 8×128), learning rate swept over 3 values per arm on tune_loss"),
-    claims=tuple(range(1, 11)),
+    claims=tuple(range(1, 12)),
     base={"model": {"preset": "tiny", "max_seq_len": 128},
           "data": {"seq_len": 128, "val_batches": 8, "tune_batches": 8, "bos": True},
           "optim": {"warmup_steps": 30},
@@ -207,7 +209,7 @@ GPU = Preset(
     budget="paper-sized: for accelerators (estimate below at the assumed throughput)",
     description=("the paper's sizes 0.1B–1.5B (and the 0.5B MoE) at ~20 tokens per parameter, seq 2048, "
                  "0.5M tokens per step, bf16; learning rate swept over 3 values per arm; 2 seeds for claims 1, 9"),
-    claims=tuple(range(1, 11)),
+    claims=tuple(range(1, 12)),
     base={"model": {"preset": "0.1b"},
           "data": {"seq_len": 2048, "val_batches": 32, "tune_batches": 32, "bos": True},
           "optim": {"warmup_steps": 2000, "schedule": "wsd"},
