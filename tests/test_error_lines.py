@@ -62,6 +62,12 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
         ("compare: missing runs", ["compare", missing, missing, "--out", str(tmp / "c1")]),
         ("scaling: missing runs", ["scaling", missing, "--out", str(tmp / "s1")]),
         ("sweep: missing spec", ["sweep", missing, "--out", str(tmp / "w1")]),
+        ("anchor: output onto a file", ["anchor", "--out", str(afile)]),
+        ("plot: output onto a file", ["plot", str(run), "--out", str(afile)]),
+        ("reproduce: zero jobs", ["reproduce", "--preset", "demo", "--jobs", "0", "--out", str(tmp / "rp0")]),
+        ("reproduce: zero gflops", ["reproduce", "--preset", "demo", "--gflops", "0", "--out", str(tmp / "rp1")]),
+        ("compare: bins above tokens", ["compare", str(run), str(run), "--tokens", "4", "--bins", "9", "--out",
+                                        str(tmp / "c2")]),
         ("reproduce: bad corpus", ["reproduce", "--preset", "test", "--corpus", missing, "--out", str(tmp / "rp")]),
     ]
 

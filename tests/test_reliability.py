@@ -332,3 +332,44 @@ def test_output_policy_rules(tmp_path):
             (tmp / n).write_text("new")
     assert (data / "meta.json").read_text() == "new"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+# ---- sweep / reproduce lock, scaling and compare refusals (the library functions of the experiments) -------
+
+def test_a_second_sweep_or_reproduce_on_one_folder_is_refused_and_records_nothing(tmp_path, token_dir, capsys):
+    from smallinit.train.loop import RunLock
+
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text("base: tiny\noverrides: [" + ", ".join(f"'{o}'" for o in tiny_overrides(
+        token_dir, **{"train.max_steps": 2})) + "]\ngrid:\n  model.gamma: [0.5, 1.0]\n")
+    for argv, out in ((["sweep", str(spec)], tmp_path / "sw"), (["reproduce", "--preset", "demo"], tmp_path / "rp")):
+        out.mkdir()
+        with RunLock(out):  # another invocation holds the folder
+            assert cli([*argv, "--out", str(out), "--jobs", "1", "--gflops", "1"]) == 2
+        line = one_error(capsys)
+        assert "in use by another process" in line and f"pid {os.getpid()}" in line
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written, nothing recorded as failed
+
+
+def test_scaling_refuses_mixed_tokenizers_and_flags_budgets(tmp_path, done_run, capsys):
+    from smallinit.data.tokenizer import byte_tokenizer
+    from smallinit.scaling import check_comparable, runs_table
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(done_run, a)
+    shutil.copytree(done_run, b)
+    byte_tokenizer().save(str(b / "tokenizer.json"))
+    assert cli(["scaling", str(a), str(b), "--baseline", "model.gamma=1.0", "--out", str(tmp_path / "s")]) == 2
+    assert "different tokenizers" in one_error(capsys)
+    assert not (tmp_path / "s").exists()
+    pts = runs_table([done_run, a])
+    assert check_comparable(pts) == []  # same tokenizer, data and budget: nothing to say
+    pts[1].tokens *= 4
+    assert "different token budgets" in check_comparable(pts)[0]
+
+
+def test_compare_counts_are_checked_up_front(done_run, tmp_path, capsys):
+    for extra in (["--tokens", "10", "--bins", "20"], ["--bins", "0"], ["--batch-size", "0"], ["--top", "-1"]):
+        assert cli(["compare", str(done_run), str(done_run), "--out", str(tmp_path / "c"), *extra]) == 2
+        one_error(capsys)
+        assert not (tmp_path / "c").exists()

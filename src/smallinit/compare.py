@@ -749,9 +749,18 @@ def write_comparison(run_a: str | Path, run_b: str | Path, out: str | Path, *, d
     from smallinit.figures import plot_delta_by_bin, plot_scatter
     from smallinit.io import atomic_write_json, atomic_write_text, json_safe
 
-    for name, v in (("--bins", n_bins), ("--tokens", tokens), ("--n-boot", n_boot)):
+    from smallinit.outputs import check_out_dir
+
+    for name, v in (("--bins", n_bins), ("--tokens", tokens), ("--n-boot", n_boot), ("--batch-size", batch_size),
+                    ("--seq-len", 1 if seq_len is None else seq_len)):
         if v < 1:
             raise ConfigError(f"{name} must be >= 1, got {v}")
+    if top < 0:
+        raise ConfigError(f"--top must be >= 0, got {top}")
+    if n_bins > tokens:
+        raise ConfigError(f"--bins {n_bins} is more than --tokens {tokens}: every bin needs tokens; use at most "
+                          f"{tokens} bins or score more tokens")
+    check_out_dir(out, "compare", inputs=[run_a, run_b, data_dir], can_continue=True, verb="compare")
     out = Path(out)
     scores = score_models(run_a, run_b, data_dir=data_dir, tokens=tokens, seq_len=seq_len, batch_size=batch_size,
                           bos=bos, device=device)

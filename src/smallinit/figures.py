@@ -97,6 +97,7 @@ text-align:left}th{background:#f6f8fa}tr:nth-child(even) td{background:#fbfcfd}
 .sw{display:inline-block;width:12px;height:12px;margin-right:6px}
 img{max-width:100%;border:1px solid #eaeef2;margin:.5em 0}pre{background:#f6f8fa;padding:.8em;overflow-x:auto;
 font-size:.8em}figure{margin:.6em 0}figcaption{font-size:.85em;color:#57606a}
+small,.verdict{white-space:nowrap}td{vertical-align:top}
 """
 
 

@@ -256,6 +256,12 @@ class RunPoint:
     completed: bool
     config: dict[str, Any]
     note: str = ""
+    tokenizer: str | None = None
+    """The run's tokenizer.json, canonical form (None when the run has none)."""
+    data: tuple[str, str] | None = None
+    """(identity, shown name) of the data it trained and validated on (meta.json fingerprint, else the path)."""
+    tokens: int | None = None
+    """Tokens trained on (summary.json, else step × batch × seq_len)."""
 
 
 def config_value(config: dict[str, Any], key: str) -> Any:
@@ -314,8 +320,71 @@ def runs_table(run_dirs: list[Any]) -> list[RunPoint]:
             except (ValueError, TypeError, AttributeError) as e:
                 raise RunDirError(f"{rd}: cannot count non-embedding parameters from its config ({e})") from None
         out.append(RunPoint(run=str(rd), N=int(N), loss=None if loss is None else float(loss),
-                            step=None if step is None else int(step), completed=completed, config=config, note=note))
+                            step=None if step is None else int(step), completed=completed, config=config, note=note,
+                            tokenizer=_tokenizer_of(rd), data=_data_identity(config),
+                            tokens=_tokens_of(summary, config, step)))
     return out
+
+
+def _tokenizer_of(rd) -> str | None:
+    from smallinit.compare import _canonical_tokenizer
+
+    p = rd / "tokenizer.json"
+    return _canonical_tokenizer(p) if p.is_file() else None
+
+
+def _data_identity(config: dict[str, Any]) -> tuple[str, str] | None:
+    """(fingerprint, path) of a run's data.path: its meta.json's token counts, vocabulary, sources and seed when
+    readable (copies of the same data agree), else the resolved path."""
+    import json
+    from pathlib import Path
+
+    path = (config.get("data") or {}).get("path")
+    if not path:
+        return None
+    try:
+        m = json.loads((Path(path) / "meta.json").read_text())
+        key = json.dumps([m.get("tokens"), m.get("vocab_size"), m.get("seed"), m.get("val_fraction"),
+                          [s.get("name") for s in m.get("sources", [])]], sort_keys=True)
+    except (OSError, ValueError, AttributeError, TypeError):
+        key = str(Path(path).resolve())
+    return key, str(path)
+
+
+def _tokens_of(summary: dict[str, Any], config: dict[str, Any], step: int | None) -> int | None:
+    if isinstance(summary.get("tokens"), int):
+        return summary["tokens"]
+    try:
+        return int(step) * int(config["train"]["batch_size"]) * int(config["data"]["seq_len"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def check_comparable(points: list) -> list[str]:
+    """DataError when the runs used different tokenizers or different data (their losses are then in different
+    units, as ``compare`` refuses); returns notes flagging different token budgets."""
+    from smallinit.errors import DataError
+
+    toks: dict[str, list[str]] = {}
+    for p in points:
+        if getattr(p, "tokenizer", None) is not None:
+            toks.setdefault(p.tokenizer, []).append(p.run)
+    if len(toks) > 1:
+        groups = "; ".join(f"{', '.join(runs[:3])}{' ...' if len(runs) > 3 else ''}" for runs in toks.values())
+        raise DataError(f"the runs use {len(toks)} different tokenizers ({groups}): their losses are in different "
+                        "units and no scaling fit across them means anything; fit each tokenizer's runs separately")
+    data: dict[str, str] = {}
+    for p in points:
+        if getattr(p, "data", None) is not None:
+            data.setdefault(p.data[0], p.data[1])
+    if len(data) > 1:
+        raise DataError(f"the runs trained and validated on different data ({', '.join(sorted(data.values()))}): "
+                        "their losses are not comparable; fit each data set's runs separately")
+    budgets = sorted({p.tokens for p in points if getattr(p, "tokens", None)})
+    if len(budgets) > 1:
+        return [f"the runs trained on different token budgets ({budgets[0]:,} … {budgets[-1]:,} tokens): a gain "
+                "then mixes model size with training length"]
+    return []
 
 
 # ---- a family of runs (``smallinit scaling``) ---------------------------------------------------------
@@ -361,7 +430,7 @@ def analyse(points: list, key: str, value: Any, label_keys: list[str] | None = N
     from smallinit.rundir import compared_diff
 
     label_keys = label_keys or [key]
-    notes: list[str] = []
+    notes: list[str] = check_comparable(points)
     excluded: list[dict] = []
     base, var = [], []
     seen = []

@@ -32,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from smallinit.io import atomic_write_json, json_safe
     from smallinit.scaling import analyse, parse_baseline, report_text, runs_table
 
+    from smallinit.outputs import check_out_dir
+
+    check_out_dir(args.out, "scaling", inputs=args.runs, can_continue=True, verb="scaling")
     key, value = parse_baseline(args.baseline)
     label_keys = [k.strip() for k in args.label.split(",") if k.strip()] if args.label else None
     res = analyse(runs_table(args.runs), key, value, label_keys)

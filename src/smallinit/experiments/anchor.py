@@ -266,6 +266,9 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
     log = log or (lambda s: None)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
+        from smallinit.outputs import check_out_dir
+
+        check_out_dir(out, "anchor", can_continue=True, verb="anchor")
         out.mkdir(parents=True, exist_ok=True)
         for f in ("metrics.jsonl", "result.json", "summary.json"):
             (out / f).unlink(missing_ok=True)  # an interrupted earlier attempt: start over

@@ -277,11 +277,24 @@ def reproduce(preset: str | Preset, out: str | os.PathLike, corpus: str | os.Pat
               log: Callable[[str], None] | None = None, retry_failed: bool = False, hours: float | None = None):
     """Run (or resume, or with ``dry_run`` only print) a reproduction of a named preset (or a :class:`Preset`);
     returns the claims list (None for a dry run). ``hours``: size the crossover's budget to fit that many hours."""
+    from smallinit.outputs import check_out_dir
+    from smallinit.train.loop import RunLock
+
+    for name, v in (("--seeds", seeds), ("--jobs", jobs)):
+        if v is not None and v < 1:
+            raise ConfigError(f"{name} must be >= 1, got {v}")
+    if gflops is not None and not gflops > 0:
+        raise ConfigError(f"--gflops must be > 0, got {gflops}")
     p = get_preset(preset, seeds)
     if hours is not None and not hours > 0:
         raise ConfigError(f"--hours must be > 0, got {hours}")
-    return Reproduction(p, out, corpus, jobs=jobs, gflops=gflops, log=log, retry_failed=retry_failed,
-                        hours=hours).run(dry_run)
+    rep = Reproduction(p, out, corpus, jobs=jobs, gflops=gflops, log=log, retry_failed=retry_failed, hours=hours)
+    if dry_run:
+        return rep.run(dry_run)
+    check_out_dir(out, "reproduce", inputs=[corpus] if corpus else [], can_continue=True, verb="reproduce")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with RunLock(Path(out)):  # a second reproduce on the same folder is refused with the holder's pid
+        return rep.run(dry_run)
 
 
 __all__ = ["Reproduction", "analyse", "claims_table_text", "regime_rows", "reproduce"]

@@ -41,6 +41,16 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         pass
 
 
+def _held_by_another(job) -> bool:
+    """The job's run was refused because another process holds its lock (its log's last error says so)."""
+    try:
+        tail = job.log_path.read_text(errors="replace").splitlines()[-15:]
+    except OSError:
+        return False
+    err = next((l for l in reversed(tail) if l.startswith("error: ")), "")
+    return "is in use by another process" in err
+
+
 class JobRunner:
     """Run jobs sequentially or ``parallel`` at a time, skipping finished ones, resuming partial ones, with a
     progress display (which job of how many, estimated time left).
@@ -158,7 +168,9 @@ class JobRunner:
             if not resumed and job.est_seconds > 0:
                 self._ratio_num += secs
                 self._ratio_den += job.est_seconds
-        elif rc is not None and (rc < 0 or rc == 130):
+        elif rc is not None and (rc < 0 or rc in (130, 143)):
+            res = JobResult(job.name, "interrupted", secs, resumed, rc=rc)
+        elif _held_by_another(job):  # refused by the run's lock: never recorded as failed
             res = JobResult(job.name, "interrupted", secs, resumed, rc=rc)
         else:
             tail = ""

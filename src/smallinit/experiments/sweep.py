@@ -284,8 +284,23 @@ def run_sweep(spec: SweepSpec, out_dir: str | os.PathLike, jobs: int = 1, *, ret
               inprocess: bool = False) -> dict[str, JobResult]:
     """Run (or resume) every run of ``spec`` under ``out_dir``; write ``summary.csv`` and ``summary.md``
     (also after each finished run, so the table is current if the sweep is stopped)."""
+    from smallinit.errors import ConfigError
+    from smallinit.outputs import check_out_dir
+    from smallinit.train.loop import RunLock
+
     out = Path(out_dir)
+    check_out_dir(out, "sweep", can_continue=True, verb="sweep")
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    if gflops is not None and not gflops > 0:
+        raise ConfigError(f"--gflops must be > 0, got {gflops}")
     out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out):  # a second sweep on the same folder is refused with the holder's pid
+        return _run_sweep_locked(spec, out, jobs, retry_failed, gflops, log, inprocess)
+
+
+def _run_sweep_locked(spec: SweepSpec, out: Path, jobs: int, retry_failed: bool, gflops: float | None,
+                      log: Callable[[str], None] | None, inprocess: bool) -> dict[str, JobResult]:
     log = log or (lambda s: print(s, flush=True))
     if gflops is None:
         gflops = measure_gflops(spec.runs[0].config, threads=default_threads(jobs))

@@ -500,8 +500,11 @@ def write_index(out: Path, runs: list[RunData], figures: list[tuple[str, Path]])
 def make_report(run_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
     """Load the runs, label them by their config differences, draw every figure into ``out_dir`` and
     write ``out_dir/index.html`` (returned)."""
+    from smallinit.outputs import check_out_dir
+
     if not run_dirs:
         raise RunDirError("give at least one run directory")
+    check_out_dir(out_dir, "plot", inputs=run_dirs, can_continue=True, verb="plot")
     runs = [load_run(d) for d in run_dirs]
     for r, label in zip(runs, run_labels([r.config for r in runs], [r.name for r in runs])):
         r.label = label
