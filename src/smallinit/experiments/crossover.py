@@ -201,13 +201,11 @@ def make_branch(trunk_dir: Path, start: int, config: dict[str, Any], branch_dir:
 
 
 def run_state(run_dir: Path) -> str:
-    """"done" (summary.json completed), "partial" (config.yaml: resumable) or "new"."""
-    try:
-        if json.loads((run_dir / "summary.json").read_text()).get("completed"):
-            return "done"
-    except (OSError, ValueError):
-        pass
-    return "partial" if (run_dir / "config.yaml").is_file() else "new"
+    """:func:`smallinit.rundir.run_state`, with a run that failed earlier counted as resumable ("partial")."""
+    from smallinit.rundir import run_state as state
+
+    s = state(run_dir)
+    return "partial" if s == "failed" else s
 
 
 def run_job(job: Job) -> tuple[str, str | None]:
@@ -216,10 +214,12 @@ def run_job(job: Job) -> tuple[str, str | None]:
     from smallinit.train.config import config_from_dict
     from smallinit.train.loop import resume, train
 
+    from smallinit.rundir import read_json
+
     state = run_state(job.run_dir)
     extend = False
     if state == "done" and job.kind == "trunk":
-        have = json.loads((job.run_dir / "summary.json").read_text()).get("step", 0)
+        have = (read_json(job.run_dir / "summary.json") or {}).get("step", 0)
         extend = have < job.config["train"]["max_steps"]  # a larger D: continue the constant-rate trunk
     if state == "done" and not extend:
         return "skipped", None
@@ -340,16 +340,15 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
 
 def collect_losses(spec: CrossoverSpec, out: Path, budgets: list[Budget]) -> dict[str, dict[int, list[float | None]]]:
     """L[arm][seed] = the branches' final validation losses at each budget (None where a branch did not finish)."""
+    from smallinit.rundir import collect_run
+
     losses: dict[str, dict[int, list[float | None]]] = {}
     for arm in spec.arms:
         for seed in spec.seeds:
             row = []
             for b in budgets:
-                try:
-                    s = json.loads((out / "runs" / arm / f"seed{seed}" / f"D{b.tokens}" / "summary.json").read_text())
-                    v = s.get("final_val_loss") if s.get("completed") else None
-                except (OSError, ValueError):
-                    v = None
+                run = collect_run(out / "runs" / arm / f"seed{seed}" / f"D{b.tokens}")
+                v = run.get("final_val_loss") if run["state"] == "done" else None
                 row.append(v if v is not None and math.isfinite(v) else None)
             losses.setdefault(arm, {})[seed] = row
     return losses
@@ -378,10 +377,10 @@ def analyse(spec: CrossoverSpec, out: Path, budgets: list[Budget], n_boot: int =
 
 
 def _data_vocab(cfg: RunConfig) -> int | None:
-    try:
-        return int(json.loads((Path(cfg.data.path) / "meta.json").read_text())["vocab_size"])
-    except (OSError, ValueError, KeyError):
-        return None
+    from smallinit.rundir import read_json
+
+    v = (read_json(Path(cfg.data.path) / "meta.json") or {}).get("vocab_size")
+    return int(v) if v else None
 
 
 def write_report(result: dict[str, Any], out: Path) -> None:
