@@ -162,3 +162,15 @@ def test_claim_1_from_a_crossover_and_claim_7_on_its_largest_budget(tmp_path, to
     reproduce(p, out, token_dir, log=logs.append)
     assert {q: q.stat().st_mtime_ns for q in mtimes} == mtimes
     assert not any(" done " in l for l in logs)
+
+
+def test_report_renders_in_chromium(test_report, tmp_path):
+    """The reproduce report in a real browser (tests/test_browser.py's check: no broken image, no console
+    message, not blank); skips without Chromium."""
+    import test_browser
+
+    if test_browser.CHROMIUM is None:
+        pytest.skip("no Chromium installed (apt-get install -y chromium)")
+    out, _, _ = test_report
+    stats = test_browser.check_page(out / "index.html", tmp_path / "reproduce.png", tmp_path)
+    assert stats["images"] >= 5
