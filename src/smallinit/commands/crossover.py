@@ -20,17 +20,15 @@ examples:
 
 
 def parse_tokens(text: str) -> int:
-    """"8M", "8e6", "500k", "1.5G" → an integer token count (> 0)."""
-    from smallinit.errors import ConfigError
-
+    """"8M", "8e6", "500k", "1.5G" → an integer token count (> 0); argparse prints the error line."""
     t = text.strip().lower().replace("_", "")
     mult = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}.get(t[-1:], 1.0)
     try:
-        v = float(t[:-1] if t[-1:] in "kmgb" else t) * mult
+        v = float(t[:-1] if t[-1:] and t[-1:] in "kmgb" else t) * mult
     except ValueError:
-        raise ConfigError(f"--tokens: not a token count: {text!r} (e.g. 8M, 8e6)") from None
+        raise argparse.ArgumentTypeError(f"not a token count: {text!r} (e.g. 8M, 8e6)") from None
     if not v >= 1:
-        raise ConfigError(f"--tokens must be >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be >= 1 token, got {text!r}")
     return int(round(v))
 
 
