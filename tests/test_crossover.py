@@ -229,3 +229,16 @@ def test_a_larger_budget_extends_the_trunks_and_reuses_every_finished_run(token_
     other.fractions = [0.3, 1.0]  # would start from trunk steps that kept no checkpoint
     with pytest.raises(RunDirError, match="kept no checkpoint"):
         run_crossover(other, out, log=lambda s: None)
+
+
+def test_a_report_with_no_finished_budget_still_renders(tmp_path):
+    from smallinit.experiments.crossover_report import crossover_figure, crossover_markdown
+
+    result = {"spec": {"baseline": "base", "arms": {"base": [], "var": []}, "seeds": [0], "base": "tiny",
+                       "overrides": [], "cooldown": 0.2, "fractions": [0.5, 1.0]},
+              "budgets": [{"tokens": 1000, "steps": 10, "start": 8}, {"tokens": 2000, "steps": 20, "start": 16}],
+              "non_embedding_params": 100, "tokens_per_param": [10.0, 20.0],
+              "losses": {"base": {"0": [None, None]}, "var": {"0": [None, None]}},
+              "analyses": {}}
+    assert crossover_figure(result, tmp_path / "x.png").stat().st_size > 0
+    assert "| 1,000 |" in crossover_markdown(result)

@@ -326,16 +326,28 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
     out = Path(out_dir)
     _check_out(out, spec)
     trunks, branches, budgets = plan_jobs(spec, out, threads)  # config errors surface before any folder exists
+    _check_data(trunks)
     _check_reuse(trunks, branches)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):
         atomic_write_json(out / SPEC_FILE, spec.to_dict())
         done_trunks = execute(trunks, workers, log)
         ok = {(j.arm, j.seed) for j in trunks if done_trunks[j.run_dir][0] in ("done", "skipped")}
-        execute([b for b in branches if (b.arm, b.seed) in ok], workers, log)
+        done_branches = execute([b for b in branches if (b.arm, b.seed) in ok], workers, log)
         result = analyse(spec, out, budgets, n_boot=n_boot)
         write_report(result, out)
+    failed = [f"{p.relative_to(out)}: {r[1]}" for p, r in {**done_trunks, **done_branches}.items() if r[0] == "failed"]
+    if failed:
+        raise RunDirError(f"{len(failed)} run(s) failed (rerun the same command to retry them); first: {failed[0]}")
     return result
+
+
+def _check_data(trunks: list[Job]) -> None:
+    """Every arm's data directory must be a prepared one (checked before any folder is made)."""
+    from smallinit.data import TokenData
+
+    for path in sorted({j.config["data"]["path"] for j in trunks}):
+        TokenData(path)  # DataError naming the problem
 
 
 def collect_losses(spec: CrossoverSpec, out: Path, budgets: list[Budget]) -> dict[str, dict[int, list[float | None]]]:

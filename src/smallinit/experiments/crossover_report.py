@@ -31,6 +31,8 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
     fits = {k: v for a in result["analyses"].values() for k, v in a["fits"].items() if v}
     for i, (arm, per_seed) in enumerate(result["losses"].items()):
         rows = np.array([[np.nan if v is None else v for v in vals] for vals in per_seed.values()], dtype=float)
+        if not np.isfinite(rows).any():
+            continue  # no finished budget in this arm yet
         for r in rows:
             ax1.plot(D, r, "o", ms=3, color=color(i), alpha=0.5)
         ax1.plot(D, np.nanmean(rows, axis=0), "-", color=color(i), label=arm)
@@ -38,15 +40,19 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
         if y is not None:
             ax1.plot(grid, y, "--", color=color(i), lw=0.8)
     ax1.set_xscale("log")
+    ax1.set_xlim(D[0] / 1.5, D[-1] * 4)  # also when no budget has finished yet
     ax1.set_xlabel("training tokens D")
     ax1.set_ylabel("annealed validation loss L(D)")
     ax1.set_title("loss vs budget (dots: seeds; dashed: fit)")
-    ax1.legend(fontsize=8)
+    if ax1.get_legend_handles_labels()[0]:
+        ax1.legend(fontsize=8)
     for i, (arm, a) in enumerate(result["analyses"].items(), start=1):
         g = [x["value"] for x in a["gap"]]
         lo = [x["lo"] if x["lo"] is not None else x["value"] for x in a["gap"]]
         hi = [x["hi"] if x["hi"] is not None else x["value"] for x in a["gap"]]
         ok = [v is not None for v in g]
+        if not any(ok):
+            continue
         d = D[ok]
         gv = np.array([v for v in g if v is not None])
         err = np.array([[v - l for v, l, k in zip(g, lo, ok) if k], [h - v for v, h, k in zip(g, hi, ok) if k]])
@@ -57,10 +63,12 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
             ax2.plot(grid, yb - ya, "--", color=color(list(result["losses"]).index(arm)), lw=0.8)
     ax2.axhline(0, color="k", lw=0.8)
     ax2.set_xscale("log")
+    ax2.set_xlim(D[0] / 1.5, D[-1] * 4)
     ax2.set_xlabel("training tokens D")
     ax2.set_ylabel("G(D) = L_baseline − L_arm  (> 0: arm ahead)")
     ax2.set_title("gap with seed-paired 95% intervals")
-    ax2.legend(fontsize=8)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(fontsize=8)
     return save_png(fig, path)
 
 
