@@ -60,7 +60,7 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     losses = {float(g): ctx.losses(a) or [math.inf] for g, a in roles.items()}
     finite = {g: np.mean(v) for g, v in losses.items() if all(math.isfinite(x) for x in v)}
     hw_near = hw_above = None
-    if finite and 1.0 in roles:
+    if finite and 1.0 in losses:  # roles are keyed by the γ as text ("1"), losses by the number
         inside = [g for g in finite if 0.75 <= g <= 1.25]
         outside = [g for g in finite if not 0.75 <= g <= 1.25]
         if inside and outside:
