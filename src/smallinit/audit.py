@@ -623,17 +623,22 @@ def load_report(path: str | os.PathLike) -> AuditReport:
 # ---- out folder ------------------------------------------------------------------------------------
 
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
-    """``out_dir`` as a Path if an audit may write there: it does not exist, is an empty folder, or holds a previous
-    audit output (an ``audit.json`` of this kind) and nothing but audit files; else ConfigError (nothing written)."""
+    """``out_dir`` as a Path if an audit may write there (the one policy, :func:`smallinit.outputs.check_out_dir`:
+    new, empty, or a previous audit output, which is rewritten), and only if such an output holds nothing but audit
+    files; else ConfigError (nothing written)."""
+    from smallinit.outputs import check_out_dir as output_policy, output_kind
+
     p = Path(out_dir)
-    if not p.exists():
-        parent = p.parent if str(p.parent) else Path(".")
-        anc = parent
-        while not anc.exists():
-            anc = anc.parent
-        if not os.access(anc, os.W_OK):
-            raise ConfigError(f"--out {p}: {anc} is not writable")
-        return p
+    if p.is_dir() and any(e.name != ".lock" for e in p.iterdir()) and output_kind(p) != "audit":
+        raise ConfigError(f"--out {p}: the folder is not empty and is not an audit output; choose a new or empty folder")
+    output_policy(p, "audit", can_continue=True, verb="audit")
+    allowed = {"audit.json", "audit.md", "audit.png", "audit_widths.png"}
+    foreign = sorted(e.name for e in p.iterdir() if e.name not in allowed and not e.name.startswith(".")) \
+        if p.is_dir() else []
+    if foreign:
+        raise ConfigError(f"--out {p}: holds files an audit did not write ({', '.join(foreign[:3])}); "
+                          "choose a new or empty folder")
+    return p
     if not p.is_dir():
         raise ConfigError(f"--out {p}: exists and is not a folder")
     entries = [e.name for e in p.iterdir()]

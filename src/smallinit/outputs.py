@@ -46,6 +46,8 @@ _DIR_KINDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "compare": (("compare.json",),),
     "scaling": (("scaling.json",),),
     "anchor": (("anchor.json",),),
+    "crossover": (("crossover.spec.json",),),
+    "audit": (("audit.json",),),
     "plot": (("index.html",),),  # last: a reproduce folder has an index.html too
 }
 # keys a JSON file output of each kind carries
@@ -57,7 +59,8 @@ _FILE_KINDS: dict[str, tuple[str, ...]] = {
 KIND_NAMES = {"run": "a run directory", "data": "a prepared data directory", "export": "a Hugging Face export",
               "sweep": "a sweep folder", "reproduce": "a reproduce folder", "eval": "an eval results file",
               "probe": "a probe results file", "compare": "a compare folder", "scaling": "a scaling folder",
-              "anchor": "an anchor run", "plot": "a plot folder"}
+              "anchor": "an anchor run", "plot": "a plot folder", "crossover": "a crossover folder",
+              "audit": "an audit output"}
 
 
 def output_kind(path: str | os.PathLike) -> str | None:

@@ -267,16 +267,17 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[P
     return results
 
 
-def _check_out(out: Path, spec: CrossoverSpec) -> None:
+def _check_out(out: Path, spec: CrossoverSpec, inputs: tuple[str, ...] = ()) -> None:
     """OUT must be new, empty, or a crossover with the same base settings, which is then continued: arms and seeds
     may be added and the budgets changed (a larger D extends the trunks; finished runs are reused), but the base
     config, the overrides, the cooldown fraction and every earlier arm's overrides must stay as they were."""
-    if out.exists() and not out.is_dir():
-        raise RunDirError(f"--out {out} is a file, not a folder")
-    if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()):
+    from smallinit.outputs import check_out_dir as output_policy
+
+    if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not (out / SPEC_FILE).is_file():
+        raise RunDirError(f"--out {out} is a non-empty folder that is not a crossover; choose a new folder")
+    plan = output_policy(out, "crossover", inputs=inputs, can_continue=True, verb="crossover")
+    if plan.state == "continue":
         p = out / SPEC_FILE
-        if not p.is_file():
-            raise RunDirError(f"--out {out} is a non-empty folder that is not a crossover; choose a new folder")
         try:
             old = json.loads(p.read_text())
         except ValueError:
@@ -324,8 +325,8 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     spec.validate()
     out = Path(out_dir)
-    _check_out(out, spec)
     trunks, branches, budgets = plan_jobs(spec, out, threads)  # config errors surface before any folder exists
+    _check_out(out, spec, inputs=tuple(sorted({j.config["data"]["path"] for j in trunks})))
     _check_data(trunks)
     _check_reuse(trunks, branches)
     out.mkdir(parents=True, exist_ok=True)
