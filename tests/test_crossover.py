@@ -231,6 +231,33 @@ def test_a_larger_budget_extends_the_trunks_and_reuses_every_finished_run(token_
         run_crossover(other, out, log=lambda s: None)
 
 
+def test_each_arm_gets_its_tuned_rate_and_a_winning_edge_extends_the_grid(token_dir, tmp_path):
+    """Rates far too small for 10 steps: the larger edge wins, so the grid grows upward (at most tune_extend times);
+    each arm's trunk and branches then train at the arg-min rate, and a rerun reuses every tuning run."""
+    from smallinit.experiments.crossover import run_crossover, training_seconds
+    from smallinit.rundir import read_config
+
+    spec = _spec(token_dir, lrs=[1e-5, 3e-5], tune_fraction=0.25, tune_extend=2)
+    assert sum(" tune " in line for line in training_seconds(spec, 1.0)[1]) == 4  # the dry-run plan shows them
+    out = tmp_path / "x"
+    res = run_crossover(spec, out, log=lambda s: None, n_boot=10)
+    for arm in ("base", "small"):
+        t = res["tuning"][arm]
+        tried = sorted(float(r) for r in t["losses"])
+        assert tried[:2] == [1e-5, 3e-5] and 3 <= len(tried) <= 4
+        assert tried[2] == pytest.approx(9e-5, rel=1e-3)  # one grid step (×3) past the winning edge
+        losses = {float(r): v for r, v in t["losses"].items()}
+        assert t["chosen"] == min(losses, key=losses.get) and t["chosen"] > 3e-5
+        for run in ("trunk", "D5120"):
+            assert read_config(out / "runs" / arm / "seed0" / run)["optim"]["lr"] == t["chosen"]
+        cfg = read_config(out / "runs" / arm / "tune" / "lr1e-05")
+        assert cfg["train"]["max_steps"] == 10 and cfg["optim"]["schedule"] == "wsd"
+    assert "Learning rate per arm" in (out / "crossover.md").read_text()
+    logs: list[str] = []
+    run_crossover(spec, out, log=logs.append, n_boot=10)
+    assert logs and all(" skipped " in line for line in logs if line.startswith("[crossover] ") and "/" in line)
+
+
 def test_a_report_with_no_finished_budget_still_renders(tmp_path):
     from smallinit.experiments.crossover_report import crossover_figure, crossover_markdown
 

@@ -15,6 +15,7 @@ examples:
   smallinit crossover baseline:model.gamma=0.5,model.norm_eps=1e-5,model.gate=none \\
       paper:model.gamma=1.0,model.norm_eps=1e-12,model.gate=elementwise \\
       --config tiny --set data.path=data/en-bytes --tokens 8M --seeds 2 --jobs 2 --out out/xover
+  smallinit crossover ... --lrs 1e-3,3e-3,1e-2   # each arm's rate tuned first on D/8 WSD runs
   smallinit crossover ... --dry-run      # the plan: runs, tokens, tokens per parameter, estimated time
 """
 
@@ -73,6 +74,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budgets", default="1/16,1/8,1/4,1/2,1", metavar="F,F,…",
                    help="budgets as fractions of D (default 1/16,1/8,1/4,1/2,1)")
     p.add_argument("--cooldown", type=float, default=0.2, help="decay over the last c of each budget (default 0.2)")
+    p.add_argument("--lrs", default="", metavar="LR,LR,…",
+                   help="tune each arm's learning rate over these values first (WSD runs of --tune-fraction·D; "
+                        "the grid grows past a winning edge value up to twice); default: no tuning")
+    p.add_argument("--tune-fraction", type=float, default=0.125, metavar="F",
+                   help="length of a tuning run as a fraction of D (default 1/8)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="runs at a time (default 1)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
@@ -89,6 +95,15 @@ def _fractions(text: str) -> list[float]:
         raise ConfigError(f"--budgets: not a list of fractions: {text!r}") from None
 
 
+def _rates(text: str) -> list[float]:
+    from smallinit.errors import ConfigError
+
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--lrs: not a list of numbers: {text!r}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
@@ -103,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("two arms share a name")
     spec = CrossoverSpec(arms=arms, baseline=args.baseline or next(iter(arms)), tokens=args.tokens, base=args.config,
                          overrides=list(args.set), seeds=list(range(args.seeds)), fractions=_fractions(args.budgets),
-                         cooldown=args.cooldown)
+                         cooldown=args.cooldown, lrs=_rates(args.lrs), tune_fraction=args.tune_fraction)
     spec.validate()
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     if args.dry_run:
@@ -124,7 +139,9 @@ def print_plan(spec, out, threads: int, jobs: int) -> None:
     trunks, branches, budgets = plan_jobs(spec, out, threads)
     gflops = measure_gflops(trunks[0].config, threads=threads)
     total, lines = training_seconds(spec, gflops, threads)
-    print(f"{len(trunks)} trunks + {len(branches)} branches; budgets "
+    tuning = (f"{len(spec.arms) * len(spec.lrs)} tuning runs (up to {len(spec.arms) * spec.tune_extend} more if an "
+              "edge rate wins) + " if spec.lrs else "")
+    print(f"{tuning}{len(trunks)} trunks + {len(branches)} branches; budgets "
           f"{', '.join(f'{b.tokens:,}' for b in budgets)} tokens (time at {gflops:.1f} GFLOP/s per run, {threads} "
           f"thread(s), {jobs} at a time)")
     print("\n".join(lines))

@@ -61,6 +61,13 @@ class CrossoverSpec:
     """c: a branch decays over the last c·S_k steps of its budget."""
     base_config: dict[str, Any] | None = None
     """A nested config mapping used instead of ``base`` (``reproduce`` passes its preset's resolved base)."""
+    lrs: list[float] = field(default_factory=list)
+    """Learning rates tuned per arm before the trunks (empty: every arm keeps its own ``optim.lr``). Each value trains
+    one WSD run of ``tune_fraction``·D tokens at ``seeds[0]`` (:func:`tune_learning_rates`)."""
+    tune_fraction: float = 0.125
+    """Length of a tuning run as a fraction of D (≥ 1/8 so that the rate is judged after the early transient)."""
+    tune_extend: int = 2
+    """How many times the grid may grow by one step past an edge value that wins."""
 
     def validate(self) -> None:
         if len(self.arms) < 2:
@@ -76,6 +83,12 @@ class CrossoverSpec:
             raise ConfigError(f"budget fractions must increase from > 0 to 1, got {f}")
         if not 0 < self.cooldown < 1:
             raise ConfigError(f"cooldown fraction must be in (0, 1), got {self.cooldown}")
+        if any(not (lr > 0 and math.isfinite(lr)) for lr in self.lrs) or len(set(self.lrs)) != len(self.lrs):
+            raise ConfigError(f"tuning learning rates must be distinct and > 0, got {self.lrs}")
+        if self.lrs and not 0 < self.tune_fraction <= 1:
+            raise ConfigError(f"tune_fraction must be in (0, 1], got {self.tune_fraction}")
+        if self.tune_extend < 0:
+            raise ConfigError(f"tune_extend must be >= 0, got {self.tune_extend}")
         for name in self.arms:
             if not name or "/" in name or name.startswith("."):
                 raise ConfigError(f"bad arm name {name!r} (used as a folder name)")
@@ -151,13 +164,17 @@ def _branch_config(cfg: RunConfig, b: Budget, cooldown: float) -> RunConfig:
     return c
 
 
-def plan_jobs(spec: CrossoverSpec, out: Path, threads: int = 0) -> tuple[list[Job], list[Job], list[Budget]]:
-    """(trunks, branches, budgets) for every arm × seed. ``threads`` sets train.threads of every job (0 = keep)."""
+def plan_jobs(spec: CrossoverSpec, out: Path, threads: int = 0, lrs: dict[str, float] | None = None
+              ) -> tuple[list[Job], list[Job], list[Budget]]:
+    """(trunks, branches, budgets) for every arm × seed. ``threads`` sets train.threads of every job (0 = keep);
+    ``lrs`` (arm → rate, from :func:`tune_learning_rates`) replaces the arms' ``optim.lr``."""
     trunks, branches = [], []
     budgets: list[Budget] | None = None
     for arm in spec.arms:
         for seed in spec.seeds:
             cfg = arm_config(spec, arm, seed)
+            if lrs and arm in lrs:
+                cfg.optim.lr = lrs[arm]
             if threads:
                 cfg.train.threads = threads
             b = plan_budgets(spec, cfg)
@@ -172,6 +189,87 @@ def plan_jobs(spec: CrossoverSpec, out: Path, threads: int = 0) -> tuple[list[Jo
                                     .to_dict(), trunk_dir=home / "trunk", start=x.start))
     assert budgets is not None
     return trunks, branches, budgets
+
+
+# ---- the learning rate of each arm ------------------------------------------------------------------------------
+
+def _lr_name(lr: float) -> str:
+    return f"lr{lr:.3g}"
+
+
+def tune_job(spec: CrossoverSpec, out: Path, arm: str, lr: float, threads: int = 0) -> Job:
+    """One tuning run: ``arm`` at rate ``lr`` and seed ``seeds[0]``, WSD over S = round(tune_fraction·D / (B·T))
+    steps with the cooldown fraction c — the same schedule as a cooldown branch of that length, trained from step 0."""
+    cfg = arm_config(spec, arm, spec.seeds[0])
+    cfg.optim.lr = lr
+    if threads:
+        cfg.train.threads = threads
+    steps = max(2, int(round(spec.tune_fraction * spec.tokens / (cfg.train.batch_size * cfg.data.seq_len))))
+    c = _branch_config(cfg, Budget(steps, 0, 0), spec.cooldown)
+    return Job("tune", arm, spec.seeds[0], out / "runs" / arm / "tune" / _lr_name(lr), c.to_dict())
+
+
+def _grid_step(lrs: list[float]) -> float:
+    """The grid's geometric step (max/min)^(1/(n−1)); 10^0.5 for a single value."""
+    g = sorted(lrs)
+    return (g[-1] / g[0]) ** (1 / (len(g) - 1)) if len(g) > 1 else math.sqrt(10)
+
+
+def collect_tuning(spec: CrossoverSpec, out: Path) -> dict[str, dict[str, Any]]:
+    """Per arm: {"losses": {lr: final validation loss or None}, "chosen": the arg-min rate, "at_edge": whether the
+    chosen rate is the smallest or largest one tried} from the tuning runs found under ``OUT/runs/ARM/tune``."""
+    from smallinit.rundir import collect_run, read_config
+
+    res: dict[str, dict[str, Any]] = {}
+    for arm in spec.arms:
+        home = out / "runs" / arm / "tune"
+        losses: dict[float, float | None] = {}
+        for d in sorted(home.iterdir()) if home.is_dir() else []:
+            if not d.is_dir() or not d.name.startswith("lr"):
+                continue
+            run = collect_run(d)
+            cfg = read_config(d) or {}
+            lr = float((cfg.get("optim") or {}).get("lr", d.name[2:]))
+            v = run.get("final_val_loss") if run["state"] == "done" else None
+            losses[lr] = v if v is not None and math.isfinite(v) else None
+        if not losses:
+            continue
+        ok = {lr: v for lr, v in losses.items() if v is not None}
+        chosen = min(ok, key=ok.get) if ok else None
+        tried = sorted(losses)
+        res[arm] = {"losses": {f"{lr:.3g}": losses[lr] for lr in tried}, "chosen": chosen,
+                    "at_edge": chosen is not None and len(tried) > 1 and chosen in (tried[0], tried[-1])}
+    return res
+
+
+def tune_learning_rates(spec: CrossoverSpec, out: Path, workers: int, threads: int,
+                        log: Callable[[str], None]) -> dict[str, float]:
+    """Each arm's learning rate: the grid ``spec.lrs`` trained as :func:`tune_job` runs; the lowest final validation
+    loss wins. When the winner is the grid's smallest (largest) value, one more value a grid step below (above) is
+    trained, up to ``tune_extend`` times per arm. Finished tuning runs are reused on a rerun. Returns arm → rate."""
+    step = _grid_step(spec.lrs)
+    grid = {f"{lr:.3g}" for lr in spec.lrs}
+    todo = {arm: sorted(spec.lrs) for arm in spec.arms}
+    while todo:
+        jobs = [tune_job(spec, out, arm, lr, threads) for arm, rates in todo.items() for lr in rates]
+        done = execute(jobs, workers, log)
+        failed = [p for p, r in done.items() if r[0] == "failed"]
+        if failed:
+            raise RunDirError(f"tuning run {failed[0].relative_to(out)} failed: {done[failed[0]][1]} (rerun to retry)")
+        tuned = collect_tuning(spec, out)
+        todo = {}
+        for arm in spec.arms:
+            t = tuned.get(arm)
+            if t is None or t["chosen"] is None:
+                raise RunDirError(f"no tuning run of arm {arm!r} reached a finite validation loss; lower the rates")
+            tried = sorted(float(x) for x in t["losses"])
+            if t["at_edge"] and len(set(t["losses"]) - grid) < spec.tune_extend:
+                nxt = t["chosen"] / step if t["chosen"] == tried[0] else t["chosen"] * step
+                todo[arm] = [float(f"{nxt:.3g}")]
+        if todo:
+            log(f"[crossover] best rate at the grid's edge for {', '.join(todo)}: trying "
+                f"{', '.join(f'{a} {v[0]:.3g}' for a, v in todo.items())}")
+    return {arm: t["chosen"] for arm, t in collect_tuning(spec, out).items()}
 
 
 def make_branch(trunk_dir: Path, start: int, config: dict[str, Any], branch_dir: Path) -> None:
@@ -283,8 +381,8 @@ def _check_out(out: Path, spec: CrossoverSpec, inputs: tuple[str, ...] = ()) -> 
         except ValueError:
             raise RunDirError(f"{p} is damaged; choose a new --out") from None
         new = json.loads(json.dumps(spec.to_dict()))
-        fixed = ("base", "overrides", "cooldown", "base_config")
-        diff = [k for k in fixed if old.get(k) != new.get(k)]
+        fixed = ("base", "overrides", "cooldown", "base_config", "lrs", "tune_fraction")
+        diff = [k for k in fixed if old.get(k, new.get(k)) != new.get(k)]
         diff += [f"arm {a}" for a, ov in (old.get("arms") or {}).items() if a in new["arms"] and new["arms"][a] != ov]
         if diff:
             raise RunDirError(f"{out} holds a crossover with other settings ({', '.join(diff)} differ); choose a new "
@@ -328,10 +426,16 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
     trunks, branches, budgets = plan_jobs(spec, out, threads)  # config errors surface before any folder exists
     _check_out(out, spec, inputs=tuple(sorted({j.config["data"]["path"] for j in trunks})))
     _check_data(trunks)
-    _check_reuse(trunks, branches)
+    if not spec.lrs:
+        _check_reuse(trunks, branches)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):
         atomic_write_json(out / SPEC_FILE, spec.to_dict())
+        if spec.lrs:
+            chosen = tune_learning_rates(spec, out, workers, threads, log)
+            log("[crossover] learning rates: " + ", ".join(f"{a} {lr:.3g}" for a, lr in chosen.items()))
+            trunks, branches, budgets = plan_jobs(spec, out, threads, lrs=chosen)
+            _check_reuse(trunks, branches)
         done_trunks = execute(trunks, workers, log)
         ok = {(j.arm, j.seed) for j in trunks if done_trunks[j.run_dir][0] in ("done", "skipped")}
         done_branches = execute([b for b in branches if (b.arm, b.seed) in ok], workers, log)
@@ -383,7 +487,8 @@ def analyse(spec: CrossoverSpec, out: Path, budgets: list[Budget], n_boot: int =
         if arm != spec.baseline:
             analyses[arm] = analyse_crossover(D, losses, spec.baseline, arm, non_embedding_params=n_non_emb,
                                               n_boot=n_boot, noise_floor=noise_floor)
-    return {"spec": spec.to_dict(), "budgets": [asdict(b) for b in budgets], "non_embedding_params": n_non_emb,
+    return {"spec": spec.to_dict(), "tuning": collect_tuning(spec, out) if spec.lrs else {},
+            "budgets": [asdict(b) for b in budgets], "non_embedding_params": n_non_emb,
             "tokens_per_param": [d / n_non_emb for d in D], "losses": {a: {str(s): v for s, v in r.items()}
                                                                       for a, r in losses.items()},
             "analyses": {a: x.to_dict() for a, x in analyses.items()}}
@@ -425,9 +530,10 @@ def spec_from_preset(p: Any, corpus: str | os.PathLike) -> CrossoverSpec:
     if unknown:
         raise ConfigError(f"crossover arm {unknown[0]!r} unknown; choose from {', '.join(CROSSOVER_ARMS)}")
     arms = {a: [f"model.gamma={CROSSOVER_ARMS[a][0]}", f"model.norm_eps={CROSSOVER_ARMS[a][1]}",
-                f"model.gate={CROSSOVER_ARMS[a][2]}", f"optim.lr={lr}"] for a in xp.arms}
+                f"model.gate={CROSSOVER_ARMS[a][2]}", *([] if xp.lrs else [f"optim.lr={lr}"])] for a in xp.arms}
     return CrossoverSpec(arms=arms, baseline=xp.arms[0], tokens=int(xp.tokens), base=f"preset {p.name}",
-                         seeds=list(range(xp.seeds)), fractions=list(xp.fractions), base_config=d)
+                         seeds=list(range(xp.seeds)), fractions=list(xp.fractions), base_config=d,
+                         lrs=list(xp.lrs), tune_fraction=xp.tune_fraction)
 
 
 def training_seconds(spec: CrossoverSpec, gflops: float, threads: int = 0) -> tuple[float, list[str]]:
@@ -436,8 +542,9 @@ def training_seconds(spec: CrossoverSpec, gflops: float, threads: int = 0) -> tu
     from smallinit.experiments.cost import fmt_seconds, model_cost
 
     trunks, branches, _ = plan_jobs(spec, Path("."), threads)
+    tunes = [tune_job(spec, Path("."), a, lr, threads) for a in spec.arms for lr in spec.lrs]
     total, lines = 0.0, []
-    for j in trunks + branches:
+    for j in tunes + trunks + branches:
         c = model_cost(j.config)
         t = j.config["train"]
         steps = t["max_steps"] - j.start
@@ -445,7 +552,8 @@ def training_seconds(spec: CrossoverSpec, gflops: float, threads: int = 0) -> tu
         secs = c["flops_per_token"] * tokens / (gflops * 1e9)
         total += secs
         end = t["max_steps"] * t["batch_size"] * j.config["data"]["seq_len"]
-        lines.append(f"  {j.arm:<11} seed {j.seed} {j.kind:<6} steps {j.start:>6}→{t['max_steps']:<6} trains "
+        what = f"lr {j.config['optim']['lr']:.3g}" if j.kind == "tune" else f"seed {j.seed}"
+        lines.append(f"  {j.arm:<11} {what:<8} {j.kind:<6} steps {j.start:>6}→{t['max_steps']:<6} trains "
                      f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
                      f"≈ {fmt_seconds(secs)}")
     return total, lines

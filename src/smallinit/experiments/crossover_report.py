@@ -76,6 +76,30 @@ def _f(x: float | None, spec: str = ".4f") -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
+def lr_words(result: dict[str, Any]) -> str:
+    """How the arms' learning rates were set: tuned per arm (chosen rates, edge winners named) or one fixed rate."""
+    tuning = result.get("tuning") or {}
+    if tuning:
+        spec = result["spec"]
+        edge = [a for a, t in tuning.items() if t.get("at_edge")]
+        return (f"learning rate tuned per arm on {spec['tune_fraction']:g}·D WSD runs (seed {spec['seeds'][0]}): "
+                + ", ".join(f"{a} {_f(t['chosen'], '.3g')}" for a, t in tuning.items())
+                + (f" — still at the grid's edge for {', '.join(edge)}" if edge else ""))
+    arm = next(iter(result["spec"]["arms"].values()))
+    lr = next((o.split("=", 1)[1] for o in reversed(arm) if o.startswith("optim.lr=")), None)
+    return f"learning rate {lr or 'of the base config'} for every arm (not tuned per arm)"
+
+
+def tuning_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """(columns, rows) of the tuning runs' final validation losses: one row per arm, one column per rate tried."""
+    tuning = result.get("tuning") or {}
+    rates = sorted({float(r) for t in tuning.values() for r in t["losses"]})
+    cols = ["arm", *[f"lr {r:.3g}" for r in rates], "chosen"]
+    rows = [[arm, *[_f(t["losses"].get(f"{r:.3g}")) if f"{r:.3g}" in t["losses"] else "" for r in rates],
+             _f(t["chosen"], ".3g")] for arm, t in tuning.items()]
+    return cols, rows
+
+
 def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str:
     """The report: one-line answers first, then L(D) per arm, G(D) per arm with intervals, the fits and verdicts."""
     spec = result["spec"]
@@ -92,6 +116,12 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
     lines += ["", f"Each budget's loss is the final validation loss of a cooldown branch (the last "
               f"{spec['cooldown']:g}·D_k of steps decaying linearly to 0) from the arm's constant-rate trunk; "
               f"tokens per parameter use {result['non_embedding_params']:,} non-embedding parameters.", ""]
+    lines += [f"The {lr_words(result)}.", ""]
+    if result.get("tuning"):
+        cols, rows = tuning_rows(result)
+        lines += ["## Learning rate per arm (final validation loss of each tuning run)", "",
+                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
+                  *["| " + " | ".join(r) + " |" for r in rows], ""]
     if figure:
         lines += [f"![L(D) and G(D)]({figure})", ""]
     arms = list(result["losses"])

@@ -92,7 +92,11 @@ class CrossoverPlan:
     overrides: dict[str, Any] = field(default_factory=dict)
     """Dotted settings for every crossover run (batch, sequence length, warmup, learning rate ...)."""
     lr: float | None = None
-    """The learning rate of every arm (None: the preset's first). Not tuned per arm (yet): stated in the report."""
+    """The learning rate of every arm when ``lrs`` is empty (None: the preset's first)."""
+    lrs: tuple[float, ...] = ()
+    """Rates tuned per arm before the trunks, each a WSD run of ``tune_fraction``·D tokens (grid extended past a
+    winning edge value); empty: ``lr`` for every arm."""
+    tune_fraction: float = 0.125
 
 
 @dataclass
@@ -198,7 +202,7 @@ CPU = Preset(
     sink_without_bos=True,
     jobs=1,
     crossover=CrossoverPlan(
-        size="d128", tokens=8_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"), lr=3e-3,
+        size="d128", tokens=8_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"), lrs=(1e-3, 3e-3, 1e-2),
         overrides={"model.n_layers": 4, "model.n_heads": 4, "data.seq_len": 256, "model.max_seq_len": 256,
                    "train.batch_size": 16, "optim.warmup_steps": 50, "data.val_batches": 16, "data.tune_batches": 0,
                    "train.eval_every": 100_000, "train.log_every": 50, "probe.every": 0}),
@@ -235,7 +239,7 @@ GPU = Preset(
     gflops=400_000.0,
     anchor_gflops=20_000.0,
     crossover=CrossoverPlan(size="0.1b", tokens=10_000_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"),
-                            lr=3e-3, overrides={"probe.every": 0, "train.eval_every": 100_000,
+                            lrs=(1.5e-3, 3e-3, 6e-3), overrides={"probe.every": 0, "train.eval_every": 100_000,
                                                 "optim.warmup_steps": 500}),
 )
 

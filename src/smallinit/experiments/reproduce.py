@@ -14,6 +14,8 @@ Outputs: ``OUT/runs/`` and ``OUT/anchor/`` (run directories), ``OUT/compare/`` (
 
 from __future__ import annotations
 
+import copy
+
 import os
 import time
 from pathlib import Path
@@ -47,6 +49,8 @@ class Reproduction:
         self.jobs = jobs or preset.jobs
         self.inprocess = preset.inprocess if inprocess is None else inprocess
         self.gflops = gflops or preset.gflops
+        self.crossover_gflops: float | None = None
+        """Throughput of the crossover's model shape (None: ``gflops``)."""
         self.anchor_gflops = preset.anchor_gflops
         self.log = log or (lambda s: print(s, flush=True))
         self.retry_failed = retry_failed
@@ -64,6 +68,15 @@ class Reproduction:
             self.gflops = measure_gflops(cfg, threads=default_threads(self.jobs))
             self.log(f"[reproduce] measured {self.gflops:.1f} GFLOP/s training the {self.p.main_size} model here "
                      f"(for the time estimates)")
+            xs = self.crossover_spec(corpus) if corpus else None
+            if xs is not None:  # the crossover's own shape (a smaller model reaches fewer GFLOP/s)
+                from smallinit.experiments.crossover import plan_jobs
+
+                xcfg = copy.deepcopy(plan_jobs(xs, self.out)[0][0].config)
+                xcfg["model"]["vocab_size"] = int((read_json(corpus / "meta.json") or {}).get(
+                    "vocab_size", xcfg["model"]["vocab_size"]))
+                self.crossover_gflops = measure_gflops(xcfg, threads=default_threads(self.jobs))
+                self.log(f"[reproduce] measured {self.crossover_gflops:.1f} GFLOP/s training the crossover's model")
         if self.anchor_gflops is None and 9 in self.p.claims:
             cfg = anchor_config(self.p, 1.0, self.p.anchor_lrs[0], 0)
             self.anchor_gflops = measure_anchor_gflops(cfg, default_threads(self.jobs))
@@ -78,10 +91,12 @@ class Reproduction:
             return text
         from smallinit.experiments.crossover import training_seconds
 
-        secs, lines = training_seconds(xs, self.gflops or 1.0, default_threads(self.jobs))
+        secs, lines = training_seconds(xs, self.crossover_gflops or self.gflops or 1.0, default_threads(self.jobs))
         head = (f"crossover (claim 1; claim 7 scores its largest budget): arms {', '.join(xs.arms)}, "
                 f"{len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens, budgets D × {', '.join(f'{f:g}' for f in xs.fractions)}"
-                f", learning rate {xs.arms[xs.baseline][-1].split('=')[1]} for every arm (not tuned per arm)")
+                + (f", learning rate tuned per arm over {', '.join(f'{x:g}' for x in xs.lrs)} ({xs.tune_fraction:g}·D "
+                   "WSD runs; the grid grows past a winning edge)" if xs.lrs else
+                   f", learning rate {xs.arms[xs.baseline][-1].split('=')[1]} for every arm (not tuned per arm)"))
         wall = secs / max(1, self.jobs)
         return "\n".join([text, "", head, *lines, f"crossover ≈ {fmt_seconds(wall)} wall-clock"
                           + (f" (≈ {secs / 3600:,.0f} device-hours)" if self.p.name == "gpu" else "")])
@@ -105,7 +120,7 @@ class Reproduction:
             return
         others = (sum(j.est_seconds for j in plan.phase1) + plan.phase2_seconds) / max(1, self.jobs)
         left = self.hours * 3600 - others
-        tokens = tokens_for_seconds(xs, left, self.gflops, self.jobs)
+        tokens = tokens_for_seconds(xs, left, self.crossover_gflops or self.gflops, self.jobs)
         floor = int(xs.tokens / 16)
         if tokens < floor:
             raise ConfigError(f"--hours {self.hours:g}: the other claims' runs alone take ≈ {fmt_seconds(others)}; "

@@ -11,6 +11,7 @@ import math
 from typing import Any, Sequence
 
 from smallinit.experiments.claims.context import ClaimContext, fmt_lr
+from smallinit.experiments.crossover_report import lr_words, tuning_rows
 from smallinit.experiments.claims.plots import plot_loss_curves
 from smallinit.experiments.claims.rules import Effect, Verdict, lower_is_better_effect
 from smallinit.experiments.presets import BASELINE, PAPER, Arm, Preset, arm
@@ -88,9 +89,13 @@ def analyse_crossover(ctx: ClaimContext) -> dict[str, Any]:
     table = {"title": "annealed validation loss L(D) per seed, and G(D) = L(baseline) − L(paper) (> 0: paper ahead)",
              "columns": ["D (tokens)", "tokens/param", *arms_, "G(D)", "95% t-interval"], "rows": rows}
     spec = x["spec"]
-    lr = spec["arms"]["paper"][-1].split("=")[1]
     measured = (f"loss against training budget: one trunk per arm × seed ({len(spec['seeds'])} seed(s)) and cooldown "
-                f"branches at D × {', '.join(f'{f:g}' for f in spec['fractions'])} (D = {D[-1]:,} tokens), learning "
-                f"rate {lr} for every arm (not tuned per arm); {v.numbers['answer']}")
-    return ctx.result(measured, v, plots=["crossover/crossover.png"], tables=[table],
+                f"branches at D × {', '.join(f'{f:g}' for f in spec['fractions'])} (D = {D[-1]:,} tokens), "
+                f"{lr_words(x)}; {v.numbers['answer']}")
+    tables = [table]
+    if x.get("tuning"):
+        cols, trows = tuning_rows(x)
+        tables.append({"title": "learning rate per arm: final validation loss of each tuning run", "columns": cols,
+                       "rows": trows})
+    return ctx.result(measured, v, plots=["crossover/crossover.png"], tables=tables,
                       runs=[f"crossover/runs/{a}" for a in arms_])
