@@ -164,6 +164,30 @@ def test_claim_1_from_a_crossover_and_claim_7_on_its_largest_budget(tmp_path, to
     assert not any(" done " in l for l in logs)
 
 
+def test_claim_6_reads_the_crossover_trunks_and_the_rates_are_tuned_per_arm(tmp_path, token_dir):
+    """With paper and γ-only arms and probes on, claim 6 judges the crossover's trunks (γ 1 vs 0.5, both ε 1e-12
+    + gate) and trains no short runs of its own; the preset's rate grid is tuned per arm and the report says so."""
+    import dataclasses
+
+    from smallinit.experiments.claims import c06_condensation
+    from smallinit.experiments.presets import CrossoverPlan
+
+    xp = CrossoverPlan(size="d32", tokens=4 * 32 * 40, seeds=1, fractions=(0.25, 0.5, 1.0),
+                       arms=("baseline", "paper", "gamma-only"), lrs=(3e-3, 1e-2), tune_fraction=0.25,
+                       overrides={"probe.every": 8})
+    p = dataclasses.replace(TEST, name="test-x6", claims=(1, 6), seeds={}, crossover=xp)
+    assert c06_condensation.arms(p) == {}
+    assert c06_condensation.arms(dataclasses.replace(p, crossover=dataclasses.replace(xp, overrides={"probe.every": 0})))
+    out = tmp_path / "out"
+    res = {c["id"]: c for c in reproduce(p, out, token_dir, log=lambda s: None)}
+    assert res[6]["runs"] == ["crossover/runs/paper/seed0/trunk", "crossover/runs/gamma-only/seed0/trunk"]
+    assert "crossover's trunks" in res[6]["measured"] and res[6]["verdict"] in VERDICTS
+    assert not (out / "runs").exists() or not any((out / "runs").iterdir())  # no short runs at all
+    x = json.loads((out / "crossover" / "crossover.json").read_text())
+    assert set(x["tuning"]) == {"baseline", "paper", "gamma-only"}
+    assert "tuned per arm" in res[1]["measured"]
+
+
 def test_report_renders_in_chromium(test_report, tmp_path):
     """The reproduce report in a real browser (tests/test_browser.py's check: no broken image, no console
     message, not blank); skips without Chromium."""

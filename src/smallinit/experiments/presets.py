@@ -205,7 +205,7 @@ CPU = Preset(
         size="d128", tokens=8_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"), lrs=(1e-3, 3e-3, 1e-2),
         overrides={"model.n_layers": 4, "model.n_heads": 4, "data.seq_len": 256, "model.max_seq_len": 256,
                    "train.batch_size": 16, "optim.warmup_steps": 50, "data.val_batches": 16, "data.tune_batches": 0,
-                   "train.eval_every": 100_000, "train.log_every": 50, "probe.every": 0}),
+                   "train.eval_every": 100_000, "train.log_every": 50, "probe.every": 100}),
 )
 
 GPU = Preset(
@@ -239,7 +239,7 @@ GPU = Preset(
     gflops=400_000.0,
     anchor_gflops=20_000.0,
     crossover=CrossoverPlan(size="0.1b", tokens=10_000_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"),
-                            lrs=(1.5e-3, 3e-3, 6e-3), overrides={"probe.every": 0, "train.eval_every": 100_000,
+                            lrs=(1.5e-3, 3e-3, 6e-3), overrides={"probe.every": 2000, "train.eval_every": 100_000,
                                                 "optim.warmup_steps": 500}),
 )
 

@@ -38,6 +38,7 @@ import numpy as np
 from smallinit.experiments.claims.context import ClaimContext
 from smallinit.experiments.claims.plots import plot_probe_series, pyplot, save
 from smallinit.figures import finish_axes
+from smallinit.rundir import read_probes
 from smallinit.experiments.claims.rules import INCONCLUSIVE, Verdict, is_finite, combine, paired_effect
 from smallinit.experiments.presets import Arm, Preset, arm
 
@@ -45,7 +46,20 @@ ID = 6
 CLAIM = "Weights condense (stable rank drops) then expand under γ = 1, not under γ = 0.5."
 
 
+CROSSOVER_PAIR = ("paper", "gamma-only")
+"""With a crossover that has both arms and probes on, the claim reads their trunks: γ = 1 vs γ = 0.5, both with
+ε = 1e-12 and the gate — the pair differs in γ only, and trains D tokens instead of a short run."""
+
+
+def uses_crossover(p: Preset) -> bool:
+    x = p.crossover
+    return (x is not None and 1 in p.claims and all(a in x.arms for a in CROSSOVER_PAIR)
+            and int(x.overrides.get("probe.every", p.base.get("probe", {}).get("every", 0)) or 0) > 0)
+
+
 def arms(p: Preset) -> dict[str, Arm]:
+    if uses_crossover(p):
+        return {}  # the crossover's trunks (claim 1's runs) carry the probe logs
     s = p.probe_size
     return {"small": arm(s, (1.0, 1e-12, "none")), "std": arm(s, (0.5, 1e-12, "none"))}
 
@@ -135,8 +149,22 @@ def srank_table(records: list[dict[str, Any]]) -> tuple[list[float], dict[str, l
 
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
-    small, std = ctx.roles["small"], ctx.roles["std"]
-    ps, pt = ctx.probes(small), ctx.probes(std)
+    if uses_crossover(ctx.p):
+        trunks = [ctx.crossover_trunk(a) for a in CROSSOVER_PAIR]
+        if None in trunks:
+            return ctx.result("stable rank over the crossover's trunks", None,
+                              notes=["the crossover's paper and γ-only trunks did not finish"])
+        dirs = {"γ=1": [trunks[0]], "γ=0.5": [trunks[1]]}
+        ps, pt = read_probes(trunks[0]), read_probes(trunks[1])
+        arms_words = (f"the crossover's trunks, paper (γ = 1) vs γ-only (γ = 0.5), both ε = 1e-12 with the gate, seed 0, "
+                      f"constant rate to {ctx.crossover_trunk_tokens():,} tokens")
+        runs = [f"crossover/runs/{a}/seed0/trunk" for a in CROSSOVER_PAIR]
+    else:
+        small, std = ctx.roles["small"], ctx.roles["std"]
+        ps, pt = ctx.probes(small), ctx.probes(std)
+        dirs = {"γ=1": ctx.runs(small), "γ=0.5": ctx.runs(std)}
+        arms_words = "γ = 1 vs γ = 0.5 (ε = 1e-12, no gate)"
+        runs = ctx.names(small, std)
     (steps_s, ss), (steps_t, st) = srank_table(ps), srank_table(pt)
     v = judge(ss, st, steps_s, steps_t)
     plots = [
@@ -144,13 +172,12 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
                    title="Claim 6: stable rank / its initial value (mean over block matrices)"),
         plot_probe_series(ctx.out, "claim6_condensation.png", {"γ=1": ps, "γ=0.5": pt}, "cond_mean",
                           "condensation index (mean |cos| between rows)", title="Claim 6: condensation index"),
-        plot_heatmaps(ctx.out, "claim6_heatmaps.png", {"γ=1": ctx.runs(small), "γ=0.5": ctx.runs(std)}),
+        plot_heatmaps(ctx.out, "claim6_heatmaps.png", dirs),
     ]
     measured = ("stable rank r = ||W||_F²/||W||_2² of every block matrix over training (probes); condensation = "
                 "log r(first probe after step 0) − log r(mid-training), expansion = log r(end) − log r(mid-training) "
-                "(signed: negative for a monotone decrease), γ = 1 vs γ = 0.5 (ε = 1e-12, no gate); bootstrap over "
-                "matrices")
-    return ctx.result(measured, v, plots=plots, runs=ctx.names(small, std))
+                f"(signed: negative for a monotone decrease), {arms_words}; bootstrap over matrices")
+    return ctx.result(measured, v, plots=plots, runs=runs)
 
 
 def plot_srank(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], title: str = "") -> str | None:

@@ -156,6 +156,19 @@ class ClaimContext:
         rd = self.out / "crossover" / "runs" / arm_name / f"seed{seed}" / f"D{x['budgets'][-1]['tokens']}"
         return rd if run_state(rd) == "done" else None
 
+    def crossover_trunk(self, arm_name: str, seed: int = 0) -> Path | None:
+        """The constant-rate trunk of a crossover arm at ``seed`` (None unless finished): its probe log covers the
+        whole run up to the last cooldown's start."""
+        rd = self.out / "crossover" / "runs" / arm_name / f"seed{seed}" / "trunk"
+        return rd if self.p.crossover is not None and run_state(rd) == "done" else None
+
+    def crossover_trunk_tokens(self) -> int:
+        """Tokens a crossover trunk trains (to the start of the largest budget's cooldown)."""
+        x = self.crossover() or {}
+        b = (x.get("budgets") or [{}])[-1]
+        per_step = b["tokens"] // b["steps"] if b.get("steps") else 0
+        return int(b.get("start", 0) * per_step)
+
     def loss_hw(self, variant: Arm, baseline: Arm) -> float | None:
         """Half-width of the 95% interval of a one-seed loss difference between two arms: the paired bootstrap
         over windows of the token-level loss gain, and at least the preset's seed-noise floor (None when the
