@@ -104,8 +104,8 @@ def test_claim2_analysis_takes_tokens_per_parameter_from_the_planned_costs(tmp_p
     losses = {("s", "nofix", "0.5"): 3.0, ("s", "nofix", "1"): 2.7, ("m", "nofix", "0.5"): 2.8,
               ("m", "nofix", "1"): 2.78, ("s", "fix", "0.5"): 3.0, ("s", "fix", "1"): 2.8,
               ("m", "fix", "0.5"): 2.8, ("m", "fix", "1"): 2.55}
-    p = SimpleNamespace(shrink_sizes=sizes)
-    roles = c02_shrink.arms(SimpleNamespace(shrink_sizes=sizes))
+    p = SimpleNamespace(shrink_sizes=sizes, extra_crossovers=())
+    roles = c02_shrink.arms(p)
     key = {id(a): tuple(role.split("/")) for role, a in roles.items()}
     captured = {}
 
@@ -116,7 +116,8 @@ def test_claim2_analysis_takes_tokens_per_parameter_from_the_planned_costs(tmp_p
     ctx = SimpleNamespace(
         p=p, roles=roles, out=tmp_path,
         cost=lambda a: {"non_embedding_params": params[key[id(a)][0]], "tokens": 250_000},
-        losses=lambda a: [losses[key[id(a)]]], loss_hw=lambda a, b: 0.01, names=lambda *a: [], result=result)
+        losses=lambda a: [losses[key[id(a)]]], loss_hw=lambda a, b: 0.01, names=lambda *a: [], result=result,
+        extra_crossovers=lambda claim: [])
     assert c02_shrink.analyse(ctx)["verdict"] == SUPPORTED
     v = captured["v"]
     assert v.numbers["tokens_per_param"] == {"1000000.0": 0.25, "4000000.0": 0.0625}

@@ -123,7 +123,8 @@ def _losses(run_dir):
 
 
 def test_a_cooldown_branch_equals_wsd_from_the_start(token_dir, tmp_path):
-    from smallinit.experiments.crossover import plan_jobs, run_job
+    from smallinit.experiments.crossover import plan_jobs
+    from smallinit.experiments.crossover_runs import run_job
     from smallinit.train.config import config_from_dict
     from smallinit.train.loop import train
 
@@ -234,7 +235,8 @@ def test_a_larger_budget_extends_the_trunks_and_reuses_every_finished_run(token_
 def test_each_arm_gets_its_tuned_rate_and_a_winning_edge_extends_the_grid(token_dir, tmp_path):
     """Rates far too small for 10 steps: the larger edge wins, so the grid grows upward (at most tune_extend times);
     each arm's trunk and branches then train at the arg-min rate, and a rerun reuses every tuning run."""
-    from smallinit.experiments.crossover import run_crossover, training_seconds
+    from smallinit.experiments.crossover import run_crossover
+    from smallinit.experiments.crossover_plan import training_seconds
     from smallinit.rundir import read_config
 
     spec = _spec(token_dir, lrs=[1e-5, 3e-5], tune_fraction=0.25, tune_extend=2)
@@ -256,6 +258,26 @@ def test_each_arm_gets_its_tuned_rate_and_a_winning_edge_extends_the_grid(token_
     logs: list[str] = []
     run_crossover(spec, out, log=logs.append, n_boot=10)
     assert logs and all(" skipped " in line for line in logs if line.startswith("[crossover] ") and "/" in line)
+
+
+def test_an_interrupted_run_stops_the_batch(monkeypatch, tmp_path):
+    """Ctrl-C or SIGTERM to one run: it checkpoints and reports "interrupted"; the batch raises Interrupted and
+    starts nothing more (before, the pool went on with the next jobs and the command never stopped)."""
+    from smallinit.errors import Interrupted
+    from smallinit.experiments import crossover_runs
+    from smallinit.experiments.crossover_runs import Job, execute
+
+    started = []
+
+    def fake(job):
+        started.append(job.run_dir.name)
+        return ("interrupted", "interrupted by SIGINT at step 3") if job.run_dir.name == "b" else ("done", None)
+
+    monkeypatch.setattr(crossover_runs, "run_job", fake)
+    jobs = [Job("trunk", "x", 0, tmp_path / n, {}) for n in ("a", "b", "c")]
+    with pytest.raises(Interrupted, match="rerun the same command"):
+        execute(jobs, 1, log=lambda s: None)
+    assert started == ["a", "b"]
 
 
 def test_a_report_with_no_finished_budget_still_renders(tmp_path):

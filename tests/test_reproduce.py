@@ -182,10 +182,65 @@ def test_claim_6_reads_the_crossover_trunks_and_the_rates_are_tuned_per_arm(tmp_
     res = {c["id"]: c for c in reproduce(p, out, token_dir, log=lambda s: None)}
     assert res[6]["runs"] == ["crossover/runs/paper/seed0/trunk", "crossover/runs/gamma-only/seed0/trunk"]
     assert "crossover's trunks" in res[6]["measured"] and res[6]["verdict"] in VERDICTS
+    probes = (out / "crossover" / "runs" / "paper" / "seed0" / "trunk" / "probes.jsonl").read_text().splitlines()
+    assert len(probes) >= 3  # the trunks train with the training probes
+    assert res[6]["numbers"]["matrices"] > 0  # the verdict was judged on their stable ranks
     assert not (out / "runs").exists() or not any((out / "runs").iterdir())  # no short runs at all
     x = json.loads((out / "crossover" / "crossover.json").read_text())
     assert set(x["tuning"]) == {"baseline", "paper", "gamma-only"}
     assert "tuned per arm" in res[1]["measured"]
+
+
+def _extra_preset():
+    import dataclasses
+
+    from smallinit.experiments.presets import SHRINK_ARMS, CrossoverPlan
+
+    xp = CrossoverPlan(size="d32", tokens=4 * 32 * 40, seeds=1, fractions=(0.5, 1.0), overrides={"probe.every": 0})
+    gam = {f"g{g:g}": (g, 1e-12, "elementwise") for g in (0.5, 1.0, 1.5)}
+    extras = (dataclasses.replace(xp, claim=10, size="d32-moe"),
+              dataclasses.replace(xp, claim=5, arms=tuple(gam), settings=gam),
+              *(dataclasses.replace(xp, claim=2, label=z, size=z, tokens=0, tokens_per_param=0.5,
+                                    arms=tuple(SHRINK_ARMS), settings=dict(SHRINK_ARMS)) for z in ("d16", "d32")))
+    return dataclasses.replace(TEST, name="test-extra", claims=(1, 2, 5, 10), seeds={}, extra_crossovers=extras,
+                               crossover=dataclasses.replace(xp, seeds=2))
+
+
+def test_further_crossovers_answer_claims_2_5_and_10(tmp_path, token_dir):
+    """cpu-long's design on the fixture: claims 2 (one crossover per width at equal tokens per parameter), 5 (the γ
+    sweep) and 10 (the MoE pair) read their own crossovers — no short runs — with the claim-1 crossover's seed-noise
+    floor for their one-seed differences."""
+    from smallinit.experiments.crossover_plan import crossover_folder
+
+    p = _extra_preset()
+    out = tmp_path / "out"
+    res = {c["id"]: c for c in reproduce(p, out, token_dir, log=lambda s: None)}
+    assert not (out / "runs").exists() or not any((out / "runs").iterdir())
+    assert sorted(crossover_folder(xp) for xp in p.extra_crossovers) == [
+        "crossover-c10", "crossover-c2-d16", "crossover-c2-d32", "crossover-c5"]
+    for c in (2, 5, 10):
+        assert res[c]["verdict"] in VERDICTS and "crossover" in json.dumps(res[c]["runs"])
+    floor = json.loads((out / "claims.json").read_text())["crossover_noise_floor"]
+    assert floor is not None and floor > 0  # claim 1's two seeds
+    assert res[10]["effects"][0]["value"] == pytest.approx(json.loads(
+        (out / "crossover-c10" / "crossover.json").read_text())["analyses"]["paper"]["gap"][-1]["value"])
+    assert set(res[5]["numbers"]["loss_by_gamma"]) == {"0.5", "1", "1.5"}
+    tpp = res[2]["numbers"]["tokens_per_param"]
+    assert len(tpp) == 2 and max(tpp.values()) / min(tpp.values()) < 1.1  # equal tokens per parameter: no confound
+    assert not any("confounded" in n for n in res[2]["notes"])
+    assert len(res[2]["tables"][0]["rows"]) == 4  # 2 widths × (no fix, fix)
+
+
+def test_only_the_further_crossovers_that_fit_the_hours_are_chosen(token_dir):
+    from smallinit.experiments.crossover_plan import choose_extras, spec_from_preset, training_seconds
+
+    p = _extra_preset()
+    c10 = training_seconds(spec_from_preset(p, token_dir, p.extra_crossovers[0]), 5.0)[0]
+    chosen, lines = choose_extras(p, token_dir, c10 * 1.01, 5.0, jobs=1)
+    assert [xp.claim for xp in chosen] == [10]
+    assert "claim 10: 1 crossover(s)" in lines[0] and "fits" in lines[0] and "does not fit" in lines[1]
+    assert [xp.claim for xp in choose_extras(p, token_dir, 1e9, 5.0, jobs=1)[0]] == [10, 5, 2, 2]
+    assert choose_extras(p, token_dir, 0.0, 5.0, jobs=1)[0] == []
 
 
 def test_report_renders_in_chromium(test_report, tmp_path):

@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from smallinit.errors import SmallinitError
+from smallinit.errors import Interrupted, SmallinitError
 
 # verb -> module under smallinit.commands
 VERBS: dict[str, str] = {
@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
+    except Interrupted as e:  # a run stopped by SIGINT/SIGTERM after its checkpoint: 128 + the signal
+        print(f"error: {e}", file=sys.stderr)
+        return 128 + int(e.signum)
     except SmallinitError as e:
         # under torchrun every rank validates the same config: rank 0 speaks for all
         if os.environ.get("RANK", "0") == "0":

@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
 def print_plan(spec, out, threads: int, jobs: int) -> None:
     """Every run's steps, tokens, tokens per parameter and estimated time at a throughput measured here."""
     from smallinit.experiments.cost import fmt_seconds, measure_gflops
-    from smallinit.experiments.crossover import plan_jobs, training_seconds
+    from smallinit.experiments.crossover import plan_jobs
+    from smallinit.experiments.crossover_plan import training_seconds
 
     trunks, branches, budgets = plan_jobs(spec, out, threads)
     gflops = measure_gflops(trunks[0].config, threads=threads)

@@ -19,12 +19,10 @@ Runs are ordinary run directories: a rerun skips finished ones and resumes inter
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import math
 import os
-import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,8 +30,9 @@ from typing import Any, Callable
 
 from smallinit.crossing import CrossoverAnalysis, analyse_crossover
 from smallinit.errors import ConfigError, RunDirError
+from smallinit.experiments.crossover_runs import Job, execute, run_state
 from smallinit.io import atomic_write_json, atomic_write_text
-from smallinit.train.config import RunConfig, load_config, save_config
+from smallinit.train.config import RunConfig, load_config
 from smallinit.train.schedule import wsd_decay_start
 
 DEFAULT_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
@@ -104,19 +103,6 @@ class Budget:
     steps: int
     start: int
     tokens: int
-
-
-@dataclass
-class Job:
-    """A trunk or a branch of one arm × seed (``start`` is the trunk step a branch copies)."""
-
-    kind: str
-    arm: str
-    seed: int
-    run_dir: Path
-    config: dict[str, Any]
-    trunk_dir: Path | None = None
-    start: int = 0
 
 
 def arm_config(spec: CrossoverSpec, arm: str, seed: int) -> RunConfig:
@@ -272,99 +258,6 @@ def tune_learning_rates(spec: CrossoverSpec, out: Path, workers: int, threads: i
     return {arm: t["chosen"] for arm, t in collect_tuning(spec, out).items()}
 
 
-def make_branch(trunk_dir: Path, start: int, config: dict[str, Any], branch_dir: Path) -> None:
-    """Lay out ``branch_dir`` as a resumable run at step ``start``: the branch config, the trunk's tokenizer, a copy of
-    the trunk's checkpoint at ``start`` and its metrics up to ``start`` — assembled beside and renamed into place."""
-    from smallinit.checkpoint import CKPT_SUBDIR, ckpt_dir_name, verify_checkpoint
-    from smallinit.train.config import config_from_dict
-
-    src = trunk_dir / CKPT_SUBDIR / ckpt_dir_name(start)
-    verify_checkpoint(src)
-    tmp = branch_dir.parent / f".tmp-{branch_dir.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)  # our own leftover from a killed attempt (the name carries our pid)
-    tmp.mkdir(parents=True)
-    save_config(config_from_dict(config), tmp / "config.yaml")
-    if (trunk_dir / "tokenizer.json").is_file():
-        shutil.copy2(trunk_dir / "tokenizer.json", tmp / "tokenizer.json")
-    shutil.copytree(src, tmp / CKPT_SUBDIR / src.name)
-    lines = []
-    if (trunk_dir / "metrics.jsonl").is_file():
-        for line in (trunk_dir / "metrics.jsonl").read_text().splitlines():
-            with contextlib.suppress(ValueError, KeyError):
-                if json.loads(line)["step"] <= start:
-                    lines.append(line + "\n")
-    (tmp / "metrics.jsonl").write_text("".join(lines))
-    os.replace(tmp, branch_dir)
-
-
-def run_state(run_dir: Path) -> str:
-    """:func:`smallinit.rundir.run_state`, with a run that failed earlier counted as resumable ("partial")."""
-    from smallinit.rundir import run_state as state
-
-    s = state(run_dir)
-    return "partial" if s == "failed" else s
-
-
-def run_job(job: Job) -> tuple[str, str | None]:
-    """Train, resume or branch ``job`` to completion in this process; returns (state, error line)."""
-    from smallinit.errors import SmallinitError
-    from smallinit.train.config import config_from_dict
-    from smallinit.train.loop import resume, train
-
-    from smallinit.rundir import read_json
-
-    state = run_state(job.run_dir)
-    extend = False
-    if state == "done" and job.kind == "trunk":
-        have = (read_json(job.run_dir / "summary.json") or {}).get("step", 0)
-        extend = have < job.config["train"]["max_steps"]  # a larger D: continue the constant-rate trunk
-    if state == "done" and not extend:
-        return "skipped", None
-    job.run_dir.parent.mkdir(parents=True, exist_ok=True)
-    log = open(job.run_dir.parent / f"{job.run_dir.name}.log", "a")
-    try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            if job.kind == "branch" and state == "new":
-                make_branch(job.trunk_dir, job.start, job.config, job.run_dir)
-                state = "partial"
-            if extend:  # the trunk's new length and kept steps (all else checked equal by _check_reuse)
-                save_config(config_from_dict(job.config), job.run_dir / "config.yaml")
-                state = "partial"
-            if state == "partial":
-                resume(job.run_dir)
-            else:
-                train(config_from_dict(job.config), job.run_dir)
-        return "done", None
-    except SmallinitError as e:
-        return "failed", str(e)
-    finally:
-        log.close()
-
-
-def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[Path, tuple[str, str | None]]:
-    """Run ``jobs`` (``workers`` processes at a time; 1 = in this process) and return {run_dir: (state, error)}."""
-    results: dict[Path, tuple[str, str | None]] = {}
-
-    def report(j: Job, r: tuple[str, str | None]) -> None:
-        results[j.run_dir] = r
-        extra = f": {r[1]}" if r[1] else ""
-        log(f"[crossover] {len(results)}/{len(jobs)} {r[0]} {j.arm} seed {j.seed} {j.run_dir.name}{extra}")
-
-    if workers <= 1:
-        for j in jobs:
-            report(j, run_job(j))
-        return results
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futs = {pool.submit(run_job, j): j for j in jobs}
-        for f in as_completed(futs):
-            report(futs[f], f.result())
-    return results
-
-
 def _check_out(out: Path, spec: CrossoverSpec, inputs: tuple[str, ...] = ()) -> None:
     """OUT must be new, empty, or a crossover with the same base settings, which is then continued: arms and seeds
     may be added and the budgets changed (a larger D extends the trunks; finished runs are reused), but the base
@@ -508,61 +401,3 @@ def write_report(result: dict[str, Any], out: Path) -> None:
     atomic_write_json(out / "crossover.json", result)
     crossover_figure(result, out / "crossover.png")
     atomic_write_text(out / "crossover.md", crossover_markdown(result, figure="crossover.png"))
-
-
-# ---- a crossover inside a reproduction ------------------------------------------------------------------------
-
-def spec_from_preset(p: Any, corpus: str | os.PathLike) -> CrossoverSpec:
-    """The :class:`CrossoverSpec` of a preset's :class:`~smallinit.experiments.presets.CrossoverPlan` on ``corpus``:
-    the preset's base config, its size's model shape (not its step count) and the plan's overrides; each arm's γ, ε
-    and gate as typed fields (``model.gamma`` …) and the plan's learning rate."""
-    from smallinit.experiments.presets import CROSSOVER_ARMS
-    from smallinit.train.config import set_dotted
-
-    xp = p.crossover
-    d = copy.deepcopy(p.base)
-    for k, v in {**p.sizes[xp.size], **xp.overrides}.items():
-        if k != "train.max_steps":
-            set_dotted(d, k, v, what="preset key")
-    set_dotted(d, "data.path", str(corpus))
-    lr = xp.lr if xp.lr is not None else p.lrs[0]
-    unknown = [a for a in xp.arms if a not in CROSSOVER_ARMS]
-    if unknown:
-        raise ConfigError(f"crossover arm {unknown[0]!r} unknown; choose from {', '.join(CROSSOVER_ARMS)}")
-    arms = {a: [f"model.gamma={CROSSOVER_ARMS[a][0]}", f"model.norm_eps={CROSSOVER_ARMS[a][1]}",
-                f"model.gate={CROSSOVER_ARMS[a][2]}", *([] if xp.lrs else [f"optim.lr={lr}"])] for a in xp.arms}
-    return CrossoverSpec(arms=arms, baseline=xp.arms[0], tokens=int(xp.tokens), base=f"preset {p.name}",
-                         seeds=list(range(xp.seeds)), fractions=list(xp.fractions), base_config=d,
-                         lrs=list(xp.lrs), tune_fraction=xp.tune_fraction)
-
-
-def training_seconds(spec: CrossoverSpec, gflops: float, threads: int = 0) -> tuple[float, list[str]]:
-    """Estimated training seconds of every trunk and branch (one process each, at ``gflops`` GFLOP/s, counted as
-    ModelConfig.flops_per_token) and one plan line per run: steps, tokens, tokens per parameter, time."""
-    from smallinit.experiments.cost import fmt_seconds, model_cost
-
-    trunks, branches, _ = plan_jobs(spec, Path("."), threads)
-    tunes = [tune_job(spec, Path("."), a, lr, threads) for a in spec.arms for lr in spec.lrs]
-    total, lines = 0.0, []
-    for j in tunes + trunks + branches:
-        c = model_cost(j.config)
-        t = j.config["train"]
-        steps = t["max_steps"] - j.start
-        tokens = steps * t["batch_size"] * j.config["data"]["seq_len"]
-        secs = c["flops_per_token"] * tokens / (gflops * 1e9)
-        total += secs
-        end = t["max_steps"] * t["batch_size"] * j.config["data"]["seq_len"]
-        what = f"lr {j.config['optim']['lr']:.3g}" if j.kind == "tune" else f"seed {j.seed}"
-        lines.append(f"  {j.arm:<11} {what:<8} {j.kind:<6} steps {j.start:>6}→{t['max_steps']:<6} trains "
-                     f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
-                     f"≈ {fmt_seconds(secs)}")
-    return total, lines
-
-
-def tokens_for_seconds(spec: CrossoverSpec, seconds: float, gflops: float, jobs: int) -> int:
-    """The largest budget D whose crossover trains in ``seconds`` with ``jobs`` runs at a time (the cost is linear
-    in D: every run of the plan scales with it), rounded down to whole steps of the largest budget."""
-    probe = copy.deepcopy(spec)
-    probe.tokens = 1 << 24
-    secs, _ = training_seconds(probe, gflops)
-    return int(probe.tokens * max(0.0, seconds) * jobs / secs) if secs > 0 else 0

@@ -27,7 +27,8 @@ from typing import Any, Callable
 from smallinit.io import atomic_write_json
 
 
-def _train(config, run_dir: Path) -> dict[str, Any]:
+def train_with_probes(config, run_dir: Path) -> dict[str, Any]:
+    """:func:`smallinit.train.train` with a :class:`~smallinit.probes.training.TrainingProbe` when probe.every > 0."""
     from smallinit.train import train
 
     callbacks = []
@@ -38,7 +39,8 @@ def _train(config, run_dir: Path) -> dict[str, Any]:
     return train(config, run_dir, callbacks=callbacks)
 
 
-def _resume(run_dir: Path) -> dict[str, Any]:
+def resume_with_probes(run_dir: Path) -> dict[str, Any]:
+    """Continue the partial run in ``run_dir`` (its own config), with the training probes when probe.every > 0."""
     from smallinit.train import Trainer
 
     trainer = Trainer(None, run_dir, resume=True)
@@ -78,7 +80,7 @@ class Task:
 
 
 TASKS: dict[str, Task] = {
-    "train": Task(_train, _resume, _train_config),
+    "train": Task(train_with_probes, resume_with_probes, _train_config),
     "anchor": Task(_anchor, None, _anchor_config),
 }
 
@@ -168,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["Job", "TASKS", "Task", "main", "read_job_file", "run_job", "write_job_file"]
+__all__ = ["Job", "TASKS", "Task", "main", "read_job_file", "resume_with_probes", "run_job", "train_with_probes",
+           "write_job_file"]
 
 if __name__ == "__main__":
     sys.exit(main())

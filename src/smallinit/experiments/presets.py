@@ -73,6 +73,9 @@ def arm(size: str, setting: tuple[float, float, str], **kw) -> Arm:
 GAMMA_ONLY = (0.5, 1e-12, "elementwise")
 """The paper's ε and gate at the standard γ: separates γ's own effect from the gate's and the ε's."""
 CROSSOVER_ARMS: dict[str, tuple[float, float, str]] = {"baseline": BASELINE, "paper": PAPER, "gamma-only": GAMMA_ONLY}
+SHRINK_ARMS: dict[str, tuple[float, float, str]] = {"nofix-0.5": BASELINE, "nofix-1": (1.0, 1e-5, "none"),
+                                                    "fix-0.5": GAMMA_ONLY, "fix-1": PAPER}
+"""Claim 2's four arms per width in a crossover: γ ∈ {0.5, 1} × {no fix (ε 1e-5, no gate), fix (ε 1e-12, gate)}."""
 
 
 @dataclass
@@ -97,6 +100,14 @@ class CrossoverPlan:
     """Rates tuned per arm before the trunks, each a WSD run of ``tune_fraction``·D tokens (grid extended past a
     winning edge value); empty: ``lr`` for every arm."""
     tune_fraction: float = 0.125
+    claim: int = 1
+    """The claim this crossover answers (1: claim 1's, in ``OUT/crossover``; others in ``OUT/crossover-cK[-LABEL]``)."""
+    label: str = ""
+    """Tells apart several crossovers of one claim (claim 2's widths)."""
+    settings: dict[str, tuple[float, float, str]] = field(default_factory=dict)
+    """Arm name → (γ, norm ε, gate) for arms not in :data:`CROSSOVER_ARMS`."""
+    tokens_per_param: float | None = None
+    """When set, D = this × the model's non-embedding parameters (claim 2: equal tokens per parameter per width)."""
 
 
 @dataclass
@@ -138,6 +149,11 @@ class Preset:
     crossover: CrossoverPlan | None = None
     """Claim 1 from a crossover (loss against budget) instead of one final loss per arm; claim 7 then scores the
     crossover's largest-budget runs."""
+    extra_crossovers: tuple[CrossoverPlan, ...] = ()
+    """Further crossovers (claims 2, 5, 10), added after claim 1's in this order while the hours allow; a claim
+    with one here reads it instead of short runs, and is not run when its crossovers do not fit."""
+    hours: float | None = None
+    """The hours the plan is fitted into when ``--hours`` is not given (presets with further crossovers)."""
 
     def n_seeds(self, claim: int) -> int:
         return max(1, int(self.seeds.get(claim, 1)))
@@ -193,7 +209,7 @@ CPU = Preset(
     main_size="d256", probe_size="d128", shrink_sizes=("d64", "d128", "d256"),
     scaling_sizes=("d64", "d128", "d256"), moe_size="d128-moe",
     lrs=(1e-3, 3e-3, 1e-2),
-    seeds={1: 2, 9: 2},
+    seeds={1: 2, 5: 2, 9: 2},  # claim 5's six arms at 2 seeds also give the short runs' seed-noise floor
     gammas=(0.25, 0.5, 0.75, 1.0, 1.25, 1.5),
     anchor={"steps": 700, "eval_every": 100},
     anchor_lrs=(3e-4, 1e-3, 3e-3),
@@ -248,10 +264,27 @@ CPU_LONG.name = "cpu-long"
 CPU_LONG.budget = "≈ 10 hours on a 2-core CPU (overnight)"
 CPU_LONG.description = ("claim 1's crossover at d128 × 4 layers pushed to 64M tokens per arm × seed (2 seeds, baseline "
                         "and paper), so that a crossing predicted from the cpu preset's budgets is observed or refuted; "
-                        "claim 7 on its largest budget")
-CPU_LONG.claims = (1, 7)
+                        "claim 7 on its largest budget; with more hours (--hours) crossovers for claims 10 (MoE), 5 "
+                        "(γ sweep) and 2 (widths at equal tokens per parameter), each only when it fits")
+CPU_LONG.claims = (1, 2, 5, 7, 10)
 CPU_LONG.crossover = dataclasses.replace(CPU.crossover, tokens=64_000_000, arms=("baseline", "paper"))
 CPU_LONG.jobs = 2
+CPU_LONG.hours = 10.0
+_LONG_SHAPE = {k: v for k, v in CPU.crossover.overrides.items() if k not in ("model.n_heads",)}
+CPU_LONG.extra_crossovers = (
+    # claim 10: the MoE pair (4 experts, top 2) at d128 × 4 layers, as claim 1's pair, 16M tokens
+    dataclasses.replace(CPU.crossover, claim=10, size="d128-moe", tokens=16_000_000, arms=("baseline", "paper")),
+    # claim 5: the γ sweep at d128 × 4 layers, ε 1e-12 and the gate throughout, 16M tokens, one seed
+    dataclasses.replace(CPU.crossover, claim=5, tokens=16_000_000, seeds=1,
+                        arms=("g0.5", "g0.75", "g1", "g1.25", "g1.5"),
+                        settings={f"g{g:g}": (g, 1e-12, "elementwise") for g in (0.5, 0.75, 1.0, 1.25, 1.5)}),
+    # claim 2: widths 64 / 128 / 256 × 2 layers at equal tokens per parameter (10), γ ∈ {0.5, 1} × {no fix, fix}
+    *(dataclasses.replace(CPU.crossover, claim=2, label=size, size=size, tokens=0, tokens_per_param=10.0, seeds=1,
+                          fractions=(0.25, 0.5, 1.0), tune_fraction=0.25,
+                          arms=tuple(SHRINK_ARMS), settings=dict(SHRINK_ARMS),
+                          overrides={**_LONG_SHAPE, "model.n_layers": 2})
+      for size in ("d64", "d128", "d256")),
+)
 
 PRESETS: dict[str, Preset] = {"demo": DEMO, "cpu": CPU, "cpu-long": CPU_LONG, "gpu": GPU}
 
@@ -271,5 +304,5 @@ def get_preset(name: str | Preset, seeds: int | None = None) -> Preset:
     return p
 
 
-__all__ = ["AnchorArm", "Arm", "BASELINE", "CPU", "CPU_LONG", "CROSSOVER_ARMS", "CrossoverPlan", "DEMO", "GAMMA_ONLY",
+__all__ = ["AnchorArm", "Arm", "BASELINE", "CPU", "CPU_LONG", "CROSSOVER_ARMS", "CrossoverPlan", "SHRINK_ARMS", "DEMO", "GAMMA_ONLY",
            "GPU", "PAPER", "PAPER_REGIME", "PRESETS", "Preset", "arm", "get_preset", "shape"]

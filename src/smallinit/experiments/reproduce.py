@@ -51,6 +51,8 @@ class Reproduction:
         self.gflops = gflops or preset.gflops
         self.crossover_gflops: float | None = None
         """Throughput of the crossover's model shape (None: ``gflops``)."""
+        self.extra_lines: list[str] = []
+        self.hours_used = 0.0
         self.anchor_gflops = preset.anchor_gflops
         self.log = log or (lambda s: print(s, flush=True))
         self.retry_failed = retry_failed
@@ -89,45 +91,74 @@ class Reproduction:
         xs = self.crossover_spec(self.corpus_path) if self.p.crossover else None
         if xs is None:
             return text
-        from smallinit.experiments.crossover import training_seconds
+        from smallinit.experiments.crossover_plan import crossover_folder, spec_from_preset, training_seconds
 
-        secs, lines = training_seconds(xs, self.crossover_gflops or self.gflops or 1.0, default_threads(self.jobs))
+        g, threads, jobs = self.crossover_gflops or self.gflops or 1.0, default_threads(self.jobs), max(1, self.jobs)
+        secs, lines = training_seconds(xs, g, threads)
         head = (f"crossover (claim 1; claim 7 scores its largest budget): arms {', '.join(xs.arms)}, "
                 f"{len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens, budgets D × {', '.join(f'{f:g}' for f in xs.fractions)}"
                 + (f", learning rate tuned per arm over {', '.join(f'{x:g}' for x in xs.lrs)} ({xs.tune_fraction:g}·D "
                    "WSD runs; the grid grows past a winning edge)" if xs.lrs else
                    f", learning rate {xs.arms[xs.baseline][-1].split('=')[1]} for every arm (not tuned per arm)"))
-        wall = secs / max(1, self.jobs)
-        return "\n".join([text, "", head, *lines, f"crossover ≈ {fmt_seconds(wall)} wall-clock"
-                          + (f" (≈ {secs / 3600:,.0f} device-hours)" if self.p.name == "gpu" else "")])
+        out = [text, "", head, *lines, f"crossover ≈ {fmt_seconds(secs / jobs)} wall-clock"
+               + (f" (≈ {secs / 3600:,.0f} device-hours)" if self.p.name == "gpu" else "")]
+        for xp in self.p.extra_crossovers:
+            spec = spec_from_preset(self.p, self.corpus_path or Path("data"), xp)
+            t, _ = training_seconds(spec, g, threads)
+            n = len(spec.arms) * len(spec.seeds)
+            out.append(f"{crossover_folder(xp)} (claim {xp.claim}): {xp.size}, arms {', '.join(spec.arms)}, "
+                       f"{len(spec.seeds)} seed(s), D = {spec.tokens:,} tokens ({n} trunks"
+                       f"{f', rates tuned over {len(spec.lrs)} values' if spec.lrs else ''}) ≈ {fmt_seconds(t / jobs)}")
+        if self.extra_lines:
+            out += [f"further crossovers in {self.hours_used:g} hours (after claim 1's):", *self.extra_lines]
+        return "\n".join(out)
 
     def crossover_spec(self, corpus: Path | None):
         """The preset's crossover as a :class:`~smallinit.experiments.crossover.CrossoverSpec` (None: none, or claim
         1 not run)."""
         if self.p.crossover is None or 1 not in self.p.claims:
             return None
-        from smallinit.experiments.crossover import spec_from_preset
+        from smallinit.experiments.crossover_plan import spec_from_preset
 
         return spec_from_preset(self.p, corpus or Path("data"))
 
-    def fit_hours(self, plan: Plan) -> None:
-        """``--hours H``: size the crossover's largest budget so that the whole plan fits H hours at the measured
-        throughput (the other claims' runs first), and say what was chosen."""
-        from smallinit.experiments.crossover import tokens_for_seconds
+    def fit_hours(self, plan: Plan) -> Plan:
+        """Fit the plan into H hours (``--hours``, or the preset's own ``hours`` when it has further crossovers) at
+        the measured throughput, the other claims' runs first, and say what was chosen. Without further crossovers
+        claim 1's budget D fills the hours; with them (``cpu-long``) D stays the preset's unless it alone is too
+        long, and the further crossovers are added in the preset's order while they fit — a claim whose
+        crossovers do not fit is not run. Returns the plan (made again when claims were dropped)."""
+        from smallinit.experiments.crossover_plan import choose_extras, tokens_for_seconds, training_seconds
 
+        hours = self.hours or (self.p.hours if self.p.extra_crossovers else None)
         xs = self.crossover_spec(self.corpus_path)
-        if xs is None or not self.hours:
-            return
-        others = (sum(j.est_seconds for j in plan.phase1) + plan.phase2_seconds) / max(1, self.jobs)
-        left = self.hours * 3600 - others
-        tokens = tokens_for_seconds(xs, left, self.crossover_gflops or self.gflops, self.jobs)
+        if xs is None or not hours:
+            return plan
+        self.hours_used = hours
+        g, threads, jobs = self.crossover_gflops or self.gflops, default_threads(self.jobs), max(1, self.jobs)
+        others = (sum(j.est_seconds for j in plan.phase1) + plan.phase2_seconds) / jobs
+        left = hours * 3600 - others
+        main = training_seconds(xs, g, threads)[0] / jobs
+        if self.p.extra_crossovers and main <= left:
+            extras, self.extra_lines = choose_extras(self.p, self.corpus_path, left - main, g, jobs, threads)
+            dropped = sorted({xp.claim for xp in self.p.extra_crossovers} - {xp.claim for xp in extras})
+            self.p.extra_crossovers = tuple(extras)
+            self.p.claims = tuple(c for c in self.p.claims if c not in dropped)
+            self.log(f"[reproduce] {hours:g} hours: claim 1's crossover ≈ {fmt_seconds(main)} at D = {xs.tokens:,}; "
+                     f"further crossovers for claims {', '.join(str(xp.claim) for xp in extras) or 'none'}"
+                     + (f"; claims {', '.join(map(str, dropped))} do not fit and are not run" if dropped else ""))
+            return self.plan(self.corpus_path) if dropped else plan
+        self.p.claims = tuple(c for c in self.p.claims if c not in {xp.claim for xp in self.p.extra_crossovers})
+        self.p.extra_crossovers = ()
+        tokens = tokens_for_seconds(xs, left, g, jobs)
         floor = int(xs.tokens / 16)
         if tokens < floor:
-            raise ConfigError(f"--hours {self.hours:g}: the other claims' runs alone take ≈ {fmt_seconds(others)}; "
-                              f"the crossover needs ≥ {fmt_seconds(self.hours * 3600 - left)} more — raise --hours")
+            raise ConfigError(f"--hours {hours:g}: the other claims' runs alone take ≈ {fmt_seconds(others)}; "
+                              f"the crossover needs ≥ {fmt_seconds(hours * 3600 - left)} more — raise --hours")
         self.p.crossover.tokens = tokens
-        self.log(f"[reproduce] --hours {self.hours:g}: other runs ≈ {fmt_seconds(others)}; the crossover gets "
+        self.log(f"[reproduce] {hours:g} hours: other runs ≈ {fmt_seconds(others)}; the crossover gets "
                  f"≈ {fmt_seconds(left)} → D = {tokens:,} tokens per arm × seed")
+        return plan
 
     # -- the run
     def run(self, dry_run: bool = False) -> list[dict[str, Any]] | None:
@@ -137,7 +168,7 @@ class Reproduction:
             self._calibrate(corpus if (corpus / "meta.json").is_file() else None)
             self.corpus_path = corpus
             plan = self.plan(corpus)
-            self.fit_hours(plan)
+            plan = self.fit_hours(plan)
             self.log(self.describe_plan(plan))
             return None
         self.out.mkdir(parents=True, exist_ok=True)
@@ -147,7 +178,7 @@ class Reproduction:
         self._calibrate(corpus)
         self.corpus_path = corpus
         plan = self.plan(corpus)
-        self.fit_hours(plan)
+        plan = self.fit_hours(plan)
         self.log(self.describe_plan(plan))
         atomic_write_json(self.out / "plan.json", {"preset": self.p.name, "corpus": corpus_info,
                                                    "phase1": [j.name for j in plan.phase1],
@@ -161,6 +192,12 @@ class Reproduction:
             self.log(f"[reproduce] crossover: {len(xs.arms)} arms × {len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens")
             run_crossover(xs, self.out / "crossover", workers=self.jobs, threads=default_threads(self.jobs),
                           log=self.log)
+            for xp in self.p.extra_crossovers:
+                from smallinit.experiments.crossover_plan import crossover_folder, spec_from_preset
+
+                self.log(f"[reproduce] {crossover_folder(xp)} (claim {xp.claim})")
+                run_crossover(spec_from_preset(self.p, corpus, xp), self.out / crossover_folder(xp), workers=self.jobs,
+                              threads=default_threads(self.jobs), log=self.log)
             self.timings["crossover"] = time.time() - t1
         self.log(f"[reproduce] phase 1/2: {len(plan.phase1)} runs")
         JobRunner(plan.phase1, self.jobs, inprocess=self.inprocess, retry_failed=self.retry_failed, log=self.log,
@@ -213,12 +250,14 @@ def analyse(rep: Reproduction, plan: Plan, chosen: dict[str, float | None]) -> l
     A claim whose analysis raises is reported inconclusive with the error, the others go on."""
     out = []
     floor, floor_arms = noise_floor(rep.out, plan, chosen)
+    x = read_json(rep.out / "crossover" / "crossover.json") if rep.p.crossover is not None else None
+    xfloor = seed_noise_floor([ClaimContext.final_losses(x, a) for a in (x or {}).get("losses") or {}])
     for cid, mod in registry().items():
         if cid not in plan.arms:
             out.append(make_result(cid, mod.CLAIM, "", None, ran=False))
             continue
         ctx = ClaimContext(cid, mod.CLAIM, rep.out, rep.p, plan.arms[cid], chosen, plan.seeds, plan.costs, rep.log,
-                           noise_floor=floor)
+                           noise_floor=floor, crossover_noise_floor=xfloor)
         try:
             out.append(mod.analyse(ctx))
         except Exception as e:  # noqa: BLE001 - one broken analysis must not lose the whole report
@@ -226,7 +265,8 @@ def analyse(rep: Reproduction, plan: Plan, chosen: dict[str, float | None]) -> l
             out.append(make_result(cid, mod.CLAIM, "analysis failed",
                                    Verdict(INCONCLUSIVE, notes=[f"{type(e).__name__}: {e}"])))
     atomic_write_json(rep.out / "claims.json", {"preset": rep.p.name, "rule": RULE, "claims": out,
-                                                "noise_floor": {"nats": floor, "from": floor_arms}})
+                                                "noise_floor": {"nats": floor, "from": floor_arms},
+                                                "crossover_noise_floor": xfloor})
     return out
 
 

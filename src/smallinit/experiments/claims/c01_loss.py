@@ -68,9 +68,10 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     return ctx.result(measured, v, plots=[plot], tables=[table], runs=ctx.names(base, paper))
 
 
-def analyse_crossover(ctx: ClaimContext) -> dict[str, Any]:
-    """Claim 1 from the preset's crossover: the one-line answer, L(D) and G(D) tables, the figure."""
-    x = ctx.crossover()
+def analyse_crossover(ctx: ClaimContext, x: dict[str, Any] | None = None, folder: str = "crossover") -> dict[str, Any]:
+    """Claim 1 (or 10) from a crossover (default: the preset's claim-1 crossover): the one-line answer, L(D) and G(D)
+    tables, the figure."""
+    x = ctx.crossover() if x is None and folder == "crossover" else x
     if not x or "paper" not in (x.get("analyses") or {}):
         return ctx.result("loss against budget (crossover)", None, notes=["the crossover did not finish"])
     v = from_crossover(x)
@@ -97,5 +98,5 @@ def analyse_crossover(ctx: ClaimContext) -> dict[str, Any]:
         cols, trows = tuning_rows(x)
         tables.append({"title": "learning rate per arm: final validation loss of each tuning run", "columns": cols,
                        "rows": trows})
-    return ctx.result(measured, v, plots=["crossover/crossover.png"], tables=tables,
-                      runs=[f"crossover/runs/{a}" for a in arms_])
+    return ctx.result(measured, v, plots=[f"{folder}/crossover.png"], tables=tables,
+                      runs=[f"{folder}/runs/{a}" for a in arms_])

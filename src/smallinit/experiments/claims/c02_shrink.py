@@ -32,6 +32,8 @@ CLAIM = "Without the two fixes the advantage of γ = 1 shrinks as the model grow
 
 
 def arms(p: Preset) -> dict[str, Arm]:
+    if any(xp.claim == ID for xp in p.extra_crossovers):
+        return {}  # its crossovers (one per width) train the runs
     roles = {}
     for z in p.shrink_sizes:
         roles[f"{z}/nofix/0.5"] = arm(z, BASELINE)
@@ -82,7 +84,45 @@ def judge(adv_nofix: dict[float, Effect], adv_fix: dict[float, Effect],
     return Verdict(v, [shrink, removed, ahead, trend_fix], nums, notes)
 
 
+def analyse_crossovers(ctx: ClaimContext, extra: list[tuple[Any, dict[str, Any] | None]]) -> dict[str, Any]:
+    """Claim 2 from one crossover per width at equal tokens per parameter (``cpu-long``): A(N) from the annealed
+    losses L(D_max) of the four arms (:data:`~smallinit.experiments.presets.SHRINK_ARMS`), the same rule
+    (:func:`judge`); a one-seed difference must exceed the claim-1 crossover's seed-noise floor."""
+    from smallinit.experiments.crossover_plan import crossover_folder
+
+    adv: dict[str, dict[float, Effect]] = {"nofix": {}, "fix": {}}
+    tpp: dict[float, float] = {}
+    rows, notes = [], []
+    for xp, x in extra:
+        if not x:
+            notes.append(f"{crossover_folder(xp)} did not finish")
+            continue
+        n = float(x["non_embedding_params"])
+        tpp[n] = float(x["tokens_per_param"][-1])
+        for setting in ("nofix", "fix"):
+            l05, l1 = ctx.final_losses(x, f"{setting}-0.5"), ctx.final_losses(x, f"{setting}-1")
+            hw = ctx.crossover_noise_floor if min(len(l05), len(l1)) < 2 else None
+            e = lower_is_better_effect(f"{xp.size} {setting}: L(γ=0.5) − L(γ=1) at D_max", l1, l05, hw)
+            adv[setting][n] = e
+            rows.append([xp.size, f"{n / 1e6:.2f}M", f"{tpp[n]:.3g}", setting, fmt(l05), fmt(l1), fmt(e.value),
+                         fmt_ci(e)])
+    v = judge(adv["nofix"], adv["fix"], tpp)
+    v.notes += notes
+    plot = plot_advantage(ctx.out, "claim2_advantage.png", adv, title="Claim 2: advantage of γ = 1 vs size "
+                          "(crossovers at equal tokens per parameter)")
+    table = {"title": "advantage A = L(γ=0.5) − L(γ=1) at each width's largest budget",
+             "columns": ["size", "non-emb params", "tokens/param", "setting", "L γ=0.5", "L γ=1", "A", "interval"],
+             "rows": rows}
+    measured = ("advantage of γ = 1 over γ = 0.5 (annealed loss at D_max) at each width, from one crossover per width "
+                "at equal tokens per parameter, without the fixes and with them")
+    return ctx.result(measured, v, plots=[plot], tables=[table],
+                      runs=[crossover_folder(xp) for xp, _ in extra])
+
+
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
+    extra = ctx.extra_crossovers(ID)
+    if extra:
+        return analyse_crossovers(ctx, extra)
     roles = ctx.roles
     adv = {"nofix": {}, "fix": {}}
     tpp: dict[float, float] = {}

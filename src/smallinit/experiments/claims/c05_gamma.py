@@ -21,6 +21,8 @@ CLAIM = "Across γ ∈ {0.25 … 1.5}, loss is best near γ = 1 and worse above 
 
 
 def arms(p: Preset) -> dict[str, Arm]:
+    if any(xp.claim == ID for xp in p.extra_crossovers):
+        return {}  # its crossover trains the runs
     return {f"{g:g}": arm(p.main_size, (g, 1e-12, "elementwise")) for g in p.gammas}
 
 
@@ -55,7 +57,38 @@ def judge(losses: dict[float, Sequence[float]], hw_near: float | None = None,
     return Verdict(combine([a.verdict, b.verdict]), [a, b], nums)
 
 
+def analyse_crossover(ctx: ClaimContext, xp: Any, x: dict[str, Any] | None) -> dict[str, Any]:
+    """Claim 5 from its crossover (``cpu-long``): the same rule (:func:`judge`) on the annealed losses L(D_max) of
+    each γ arm; a one-seed difference must exceed the claim-1 crossover's seed-noise floor."""
+    from smallinit.experiments.crossover_plan import arm_settings, crossover_folder
+
+    folder = crossover_folder(xp)
+    if not x:
+        return ctx.result("annealed loss L(D_max) by γ (crossover)", None, notes=[f"{folder} did not finish"])
+    gammas = {a: float(s[0]) for a, s in arm_settings(xp).items()}
+    losses = {g: [v if is_finite(v) else math.inf for v in ctx.final_losses(x, a)] or [math.inf]
+              for a, g in gammas.items()}
+    one_seed = min(len(v) for v in losses.values()) < 2
+    hw = ctx.crossover_noise_floor if one_seed else None
+    v = judge(losses, hw, hw)
+    if one_seed:
+        v.notes.append(f"one seed per γ: a difference must exceed the claim-1 crossover's seed-noise floor "
+                       f"({fmt(ctx.crossover_noise_floor)} nats)")
+    D = x["budgets"][-1]["tokens"]
+    plot = plot_gamma(ctx.out, "claim5_gamma.png", losses, title=f"Claim 5: annealed loss at D = {D:,} tokens vs γ")
+    table = {"title": f"annealed validation loss L(D_max = {D:,} tokens) by γ (ε = 1e-12, gate)",
+             "columns": ["γ", "L(D_max) per seed"],
+             "rows": [[f"{g:g}", fmt(l)] for g, l in sorted(losses.items())]}
+    measured = (f"annealed loss at the crossover's largest budget ({D:,} tokens, "
+                f"{x['tokens_per_param'][-1]:.3g} tokens/param) for each γ, ε = 1e-12 and the gate throughout")
+    return ctx.result(measured, v, plots=[plot, f"{folder}/crossover.png"], tables=[table],
+                      runs=[f"{folder}/runs/{a}" for a in gammas])
+
+
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
+    extra = ctx.extra_crossovers(ID)
+    if extra:
+        return analyse_crossover(ctx, *extra[0])
     roles = ctx.roles
     losses = {float(g): ctx.losses(a) or [math.inf] for g, a in roles.items()}
     finite = {g: np.mean(v) for g, v in losses.items() if all(math.isfinite(x) for x in v)}

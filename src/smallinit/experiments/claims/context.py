@@ -51,6 +51,9 @@ class ClaimContext:
     noise_floor: float | None = None
     """The preset's seed-noise floor (nats; :func:`~smallinit.experiments.claims.rules.seed_noise_floor`), which a
     one-seed loss difference must exceed; None when the preset has no multi-seed arm."""
+    crossover_noise_floor: float | None = None
+    """The same floor from the claim-1 crossover's multi-seed arms at D_max (long runs): the floor of one-seed
+    comparisons read from the further crossovers (claims 2 and 5 in ``cpu-long``)."""
 
     @property
     def p(self) -> Preset:
@@ -155,6 +158,20 @@ class ClaimContext:
             return None
         rd = self.out / "crossover" / "runs" / arm_name / f"seed{seed}" / f"D{x['budgets'][-1]['tokens']}"
         return rd if run_state(rd) == "done" else None
+
+    def extra_crossovers(self, claim: int) -> list[tuple[Any, dict[str, Any] | None]]:
+        """(plan, ``OUT/crossover-cK…/crossover.json`` or None when unfinished) for each of the preset's further
+        crossovers that answer ``claim`` (``Preset.extra_crossovers``)."""
+        from smallinit.experiments.crossover_plan import crossover_folder
+
+        return [(xp, read_json(self.out / crossover_folder(xp) / "crossover.json"))
+                for xp in self.p.extra_crossovers if xp.claim == claim]
+
+    @staticmethod
+    def final_losses(x: dict[str, Any], arm_name: str) -> list[float]:
+        """A crossover's annealed losses L(D_max) of ``arm_name``, one per seed (NaN where a branch did not finish)."""
+        rows = ((x or {}).get("losses") or {}).get(arm_name) or {}
+        return [float(r[-1]) if r and r[-1] is not None else math.nan for r in rows.values()]
 
     def crossover_trunk(self, arm_name: str, seed: int = 0) -> Path | None:
         """The constant-rate trunk of a crossover arm at ``seed`` (None unless finished): its probe log covers the

@@ -1,0 +1,114 @@
+"""A crossover inside a reproduction: a preset's :class:`~smallinit.experiments.presets.CrossoverPlan` as a
+:class:`~smallinit.experiments.crossover.CrossoverSpec`, its estimated time, the budget D that fits some hours, and
+which of a preset's further crossovers (claims 2, 5, 10 in ``cpu-long``) fit after claim 1's.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+from smallinit.errors import ConfigError
+from smallinit.experiments.crossover import CrossoverSpec, arm_config, plan_jobs, tune_job
+from smallinit.rundir import read_json
+
+
+def crossover_folder(xp: Any) -> str:
+    """Where a preset's crossover lives under OUT: ``crossover`` for claim 1's, ``crossover-cK[-LABEL]`` for claim K's."""
+    return "crossover" if xp.claim == 1 else f"crossover-c{xp.claim}" + (f"-{xp.label}" if xp.label else "")
+
+
+def arm_settings(xp: Any) -> dict[str, tuple[float, float, str]]:
+    """Arm name → (γ, norm ε, gate) of a :class:`~smallinit.experiments.presets.CrossoverPlan`: its own ``settings``
+    first, then the named arms of :data:`~smallinit.experiments.presets.CROSSOVER_ARMS`."""
+    from smallinit.experiments.presets import CROSSOVER_ARMS
+
+    known = {**CROSSOVER_ARMS, **xp.settings}
+    unknown = [a for a in xp.arms if a not in known]
+    if unknown:
+        raise ConfigError(f"crossover arm {unknown[0]!r} unknown; choose from {', '.join(known)}")
+    return {a: known[a] for a in xp.arms}
+
+
+def spec_from_preset(p: Any, corpus: str | os.PathLike, xp: Any = None) -> CrossoverSpec:
+    """The :class:`CrossoverSpec` of a preset's :class:`~smallinit.experiments.presets.CrossoverPlan` (``xp``,
+    default claim 1's) on ``corpus``: the preset's base config, its size's model shape (not its step count) and the
+    plan's overrides; each arm's γ, ε and gate as typed fields (``model.gamma`` …) and the plan's learning rate
+    (or the rates to tune). With ``tokens_per_param`` set, D = tokens_per_param × non-embedding parameters."""
+    from smallinit.train.config import set_dotted
+
+    xp = xp or p.crossover
+    d = copy.deepcopy(p.base)
+    for k, v in {**p.sizes[xp.size], **xp.overrides}.items():
+        if k != "train.max_steps":
+            set_dotted(d, k, v, what="preset key")
+    set_dotted(d, "data.path", str(corpus))
+    lr = xp.lr if xp.lr is not None else p.lrs[0]
+    arms = {a: [f"model.gamma={g}", f"model.norm_eps={e}", f"model.gate={gate}",
+                *([] if xp.lrs else [f"optim.lr={lr}"])] for a, (g, e, gate) in arm_settings(xp).items()}
+    spec = CrossoverSpec(arms=arms, baseline=xp.arms[0], tokens=int(xp.tokens) or 1, base=f"preset {p.name}",
+                         seeds=list(range(xp.seeds)), fractions=list(xp.fractions), base_config=d,
+                         lrs=list(xp.lrs), tune_fraction=xp.tune_fraction)
+    if xp.tokens_per_param:
+        cfg = arm_config(spec, spec.baseline, 0)
+        vocab = (read_json(Path(corpus) / "meta.json") or {}).get("vocab_size")
+        if vocab:
+            cfg.model.vocab_size = int(vocab)
+        spec.tokens = int(xp.tokens_per_param * cfg.model.num_params(non_embedding=True))
+    return spec
+
+
+def training_seconds(spec: CrossoverSpec, gflops: float, threads: int = 0) -> tuple[float, list[str]]:
+    """Estimated training seconds of every trunk and branch (one process each, at ``gflops`` GFLOP/s, counted as
+    ModelConfig.flops_per_token) and one plan line per run: steps, tokens, tokens per parameter, time."""
+    from smallinit.experiments.cost import fmt_seconds, model_cost
+
+    trunks, branches, _ = plan_jobs(spec, Path("."), threads)
+    tunes = [tune_job(spec, Path("."), a, lr, threads) for a in spec.arms for lr in spec.lrs]
+    total, lines = 0.0, []
+    for j in tunes + trunks + branches:
+        c = model_cost(j.config)
+        t = j.config["train"]
+        steps = t["max_steps"] - j.start
+        tokens = steps * t["batch_size"] * j.config["data"]["seq_len"]
+        secs = c["flops_per_token"] * tokens / (gflops * 1e9)
+        total += secs
+        end = t["max_steps"] * t["batch_size"] * j.config["data"]["seq_len"]
+        what = f"lr {j.config['optim']['lr']:.3g}" if j.kind == "tune" else f"seed {j.seed}"
+        lines.append(f"  {j.arm:<11} {what:<8} {j.kind:<6} steps {j.start:>6}→{t['max_steps']:<6} trains "
+                     f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
+                     f"≈ {fmt_seconds(secs)}")
+    return total, lines
+
+
+def tokens_for_seconds(spec: CrossoverSpec, seconds: float, gflops: float, jobs: int) -> int:
+    """The largest budget D whose crossover trains in ``seconds`` with ``jobs`` runs at a time (the cost is linear
+    in D: every run of the plan scales with it), rounded down to whole steps of the largest budget."""
+    probe = copy.deepcopy(spec)
+    probe.tokens = 1 << 24
+    secs, _ = training_seconds(probe, gflops)
+    return int(probe.tokens * max(0.0, seconds) * jobs / secs) if secs > 0 else 0
+
+
+def choose_extras(p: Any, corpus: Path, seconds_left: float, gflops: float, jobs: int, threads: int = 0
+                  ) -> tuple[list[Any], list[str]]:
+    """The preset's ``extra_crossovers`` that fit ``seconds_left`` (wall-clock, ``jobs`` runs at a time), taken in
+    the preset's order, each whole; a claim with several crossovers (claim 2's widths) runs only if all of them fit.
+    Returns (the chosen plans, one line per claim: its time and whether it fits)."""
+    from smallinit.experiments.cost import fmt_seconds
+
+    by_claim: dict[int, list[Any]] = {}
+    for xp in p.extra_crossovers:
+        by_claim.setdefault(xp.claim, []).append(xp)
+    chosen, lines = [], []
+    for claim, plans in by_claim.items():
+        secs = sum(training_seconds(spec_from_preset(p, corpus, xp), gflops, threads)[0] for xp in plans) / max(1, jobs)
+        fits = secs <= seconds_left
+        if fits:
+            chosen += plans
+            seconds_left -= secs
+        lines.append(f"  claim {claim}: {len(plans)} crossover(s) ≈ {fmt_seconds(secs)} — "
+                     + ("fits" if fits else f"does not fit (≈ {fmt_seconds(secs - seconds_left)} more needed)"))
+    return chosen, lines

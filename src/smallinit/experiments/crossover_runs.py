@@ -1,0 +1,165 @@
+"""Running a crossover's jobs (:mod:`smallinit.experiments.crossover`): a trunk, a cooldown branch or a tuning run
+of one arm × seed, trained, resumed or branched to completion in a worker process (or in this one).
+
+A branch is laid out by :func:`make_branch` from its trunk's checkpoint and then resumed, so it is an ordinary
+resumable run directory; a finished trunk asked for more steps (a larger D) continues at the constant rate. Every
+run trains with the training probes when ``probe.every`` > 0 (:func:`smallinit.experiments.job.train_with_probes`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from smallinit.train.config import save_config
+
+
+@dataclass
+class Job:
+    """A trunk, a branch or a tuning run (``kind``) of one arm × seed (``start`` is the trunk step a branch copies)."""
+
+    kind: str
+    arm: str
+    seed: int
+    run_dir: Path
+    config: dict[str, Any]
+    trunk_dir: Path | None = None
+    start: int = 0
+
+
+
+def make_branch(trunk_dir: Path, start: int, config: dict[str, Any], branch_dir: Path) -> None:
+    """Lay out ``branch_dir`` as a resumable run at step ``start``: the branch config, the trunk's tokenizer, a copy of
+    the trunk's checkpoint at ``start`` and its metrics up to ``start`` — assembled beside and renamed into place."""
+    from smallinit.checkpoint import CKPT_SUBDIR, ckpt_dir_name, verify_checkpoint
+    from smallinit.train.config import config_from_dict
+
+    src = trunk_dir / CKPT_SUBDIR / ckpt_dir_name(start)
+    verify_checkpoint(src)
+    tmp = branch_dir.parent / f".tmp-{branch_dir.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)  # our own leftover from a killed attempt (the name carries our pid)
+    tmp.mkdir(parents=True)
+    save_config(config_from_dict(config), tmp / "config.yaml")
+    if (trunk_dir / "tokenizer.json").is_file():
+        shutil.copy2(trunk_dir / "tokenizer.json", tmp / "tokenizer.json")
+    shutil.copytree(src, tmp / CKPT_SUBDIR / src.name)
+    lines = []
+    if (trunk_dir / "metrics.jsonl").is_file():
+        for line in (trunk_dir / "metrics.jsonl").read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError):
+                if json.loads(line)["step"] <= start:
+                    lines.append(line + "\n")
+    (tmp / "metrics.jsonl").write_text("".join(lines))
+    os.replace(tmp, branch_dir)
+
+
+def run_state(run_dir: Path) -> str:
+    """:func:`smallinit.rundir.run_state`, with a run that failed earlier counted as resumable ("partial")."""
+    from smallinit.rundir import run_state as state
+
+    s = state(run_dir)
+    return "partial" if s == "failed" else s
+
+
+def run_job(job: Job) -> tuple[str, str | None]:
+    """Train, resume or branch ``job`` to completion in this process; returns (state, error line)."""
+    from smallinit.errors import Interrupted, SmallinitError
+    from smallinit.experiments.job import resume_with_probes, train_with_probes
+    from smallinit.rundir import read_json
+    from smallinit.train.config import config_from_dict
+
+    state = run_state(job.run_dir)
+    extend = False
+    if state == "done" and job.kind == "trunk":
+        have = (read_json(job.run_dir / "summary.json") or {}).get("step", 0)
+        extend = have < job.config["train"]["max_steps"]  # a larger D: continue the constant-rate trunk
+    if state == "done" and not extend:
+        return "skipped", None
+    job.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    log = open(job.run_dir.parent / f"{job.run_dir.name}.log", "a")
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            if job.kind == "branch" and state == "new":
+                make_branch(job.trunk_dir, job.start, job.config, job.run_dir)
+                state = "partial"
+            if extend:  # the trunk's new length and kept steps (all else checked equal by _check_reuse)
+                save_config(config_from_dict(job.config), job.run_dir / "config.yaml")
+                state = "partial"
+            if state == "partial":
+                resume_with_probes(job.run_dir)
+            else:
+                train_with_probes(config_from_dict(job.config), job.run_dir)
+        return "done", None
+    except Interrupted as e:
+        return "interrupted", str(e)
+    except SmallinitError as e:
+        return "failed", str(e)
+    finally:
+        log.close()
+
+
+def _stop_with_parent() -> None:  # pragma: no cover - runs in the worker
+    """In a worker: receive SIGTERM when the parent dies (Linux), so that its run checkpoints and stops instead of
+    training on as an orphan that holds the run's lock."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[Path, tuple[str, str | None]]:
+    """Run ``jobs`` (``workers`` processes at a time; 1 = in this process) and return {run_dir: (state, error)}.
+
+    An interruption stops the whole batch, as in :class:`~smallinit.experiments.runner.JobRunner`: Ctrl-C (SIGINT to
+    the process group) or SIGINT/SIGTERM to one worker makes its run checkpoint and report "interrupted"; the jobs
+    not yet started are cancelled, the running ones are sent SIGINT (they checkpoint) and waited for, and
+    :class:`~smallinit.errors.Interrupted` is raised. A rerun resumes every interrupted run."""
+    from smallinit.errors import Interrupted
+
+    results: dict[Path, tuple[str, str | None]] = {}
+
+    def report(j: Job, r: tuple[str, str | None]) -> None:
+        results[j.run_dir] = r
+        extra = f": {r[1]}" if r[1] else ""
+        log(f"[crossover] {len(results)}/{len(jobs)} {r[0]} {j.arm} seed {j.seed} {j.run_dir.name}{extra}")
+        if r[0] == "interrupted":
+            raise Interrupted(f"{j.run_dir.name} of {j.arm} seed {j.seed} was interrupted ({r[1]}); rerun the same "
+                              "command to resume", signal.SIGINT, -1, None)
+
+    if workers <= 1:
+        for j in jobs:
+            report(j, run_job(j))
+        return results
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_stop_with_parent if sys.platform.startswith("linux") else None)
+    try:
+        futs = {pool.submit(run_job, j): j for j in jobs}
+        for f in as_completed(futs):
+            report(futs[f], f.result())
+    except BaseException:
+        for fut in futs:
+            fut.cancel()
+        for proc in list(getattr(pool, "_processes", {}).values()):  # the workers still training: checkpoint, stop
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGINT)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
+__all__ = ["Job", "execute", "make_branch", "run_job", "run_state"]
