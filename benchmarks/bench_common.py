@@ -19,6 +19,7 @@ from smallinit import ModelConfig, Transformer
 SHAPES = {
     "d384": (384, 6, 6, 1024, 256, 16, 8192),
     "d128": (128, 4, 4, 384, 256, 16, 8192),
+    "d128b": (128, 4, 4, 384, 256, 16, 257),  # the cpu crossover's shape: byte-level vocabulary
 }
 
 

@@ -11,7 +11,7 @@ process's best fp32 square matmul at the same thread count. Both clocks are repo
 process's CPU time (the steadier measure of work on a contended machine, for one thread; with two threads CPU
 time also counts the threads' spin-waits).
 
-    python benchmarks/nanogpt_reference.py [--shapes d384,d128] [--threads 1,2] [--rounds 7] [--json OUT]
+    python benchmarks/nanogpt_reference.py [--shapes d384,d128,d128b] [--threads 1,2] [--rounds 7] [--json OUT]
         [--logits-loss] (ours through full logits + cross_entropy)  [--compile]   (also time torch.compile'd models; compile time excluded, warm-up 3 steps)
 """
 

@@ -243,6 +243,25 @@ def test_only_the_further_crossovers_that_fit_the_hours_are_chosen(token_dir):
     assert choose_extras(p, token_dir, 0.0, 5.0, jobs=1)[0] == []
 
 
+def test_a_preset_corpus_can_be_byte_level(tmp_path):
+    """The cpu preset trains on bytes (its LM head is then 3% of the FLOPs, not 47% as with BPE 8192): a preset's
+    ``corpus`` names the tokenizer, and ensure_corpus prepares it so."""
+    import dataclasses
+
+    from smallinit.experiments.plan import ensure_corpus
+    from smallinit.experiments.presets import get_preset
+
+    assert get_preset("cpu").corpus["tokenizer"] == "byte"
+    text = tmp_path / "t.txt"
+    text.write_text("small init matters. " * 2000)
+    p = dataclasses.replace(TEST, corpus={"inputs": [str(text)], "tokenizer": "byte", "val_fraction": 0.1,
+                                          "name": "b"})
+    logs: list[str] = []
+    path = ensure_corpus(p, None, tmp_path / "out", logs.append)
+    assert json.loads((path / "meta.json").read_text())["vocab_size"] == 257
+    assert any("(byte" in l for l in logs)
+
+
 def test_report_renders_in_chromium(test_report, tmp_path):
     """The reproduce report in a real browser (tests/test_browser.py's check: no broken image, no console
     message, not blank); skips without Chromium."""

@@ -203,12 +203,14 @@ def ensure_corpus(p: Preset, corpus: str | os.PathLike | None, out: Path, log: C
         raise DataError(f"preset {p.name} has no default corpus: prepare one with `smallinit prepare` and pass --corpus")
     from smallinit.data import prepare_corpus
 
-    log(f"[reproduce] preparing {', '.join(p.corpus['inputs'])} into {path} (BPE {p.corpus.get('vocab_size', 8192)}"
+    tokenizer = p.corpus.get("tokenizer", "bpe")
+    what = f"BPE {p.corpus.get('vocab_size', 8192)}" if tokenizer == "bpe" else tokenizer
+    log(f"[reproduce] preparing {', '.join(p.corpus['inputs'])} into {path} ({what}"
         f"{', first %.0f MB' % (p.corpus['max_bytes'] / 1e6) if p.corpus.get('max_bytes') else ''}) ...")
     t0 = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prepare_corpus(list(p.corpus["inputs"]), path, tokenizer="bpe", vocab_size=int(p.corpus.get("vocab_size", 8192)),
+        prepare_corpus(list(p.corpus["inputs"]), path, tokenizer=tokenizer, vocab_size=int(p.corpus.get("vocab_size", 8192)),
                        val_fraction=float(p.corpus.get("val_fraction", 0.02)), progress=False,
                        max_bytes=p.corpus.get("max_bytes"))
     log(f"[reproduce] corpus ready in {fmt_seconds(time.time() - t0)}")
