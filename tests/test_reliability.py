@@ -218,6 +218,20 @@ def test_a_finite_blow_up_stops_the_run_and_keeps_the_pre_divergence_checkpoint(
     assert any(f"diverged at step {d['step']}" in f.what for f in rep.problems)
 
 
+def test_a_large_init_that_starts_far_above_ln_v_and_descends_is_not_called_diverged(tmp_path, token_dir):
+    """γ = 0.05: σ ≈ 1 for every matrix, so the first loss is far above ln V + 3 and stays there for more than 10
+    steps while it falls. The old line (ln V + 3) stopped such runs as "diverged" at step 10 (the cpu preset lost
+    its γ = 0.25 runs at lr 1e-3 and 3e-3 that way); the line now starts from the first-step loss."""
+    run = tmp_path / "run"
+    rc = train(run, token_dir, **{"model.gamma": 0.05, "optim.lr": 1e-3, "train.max_steps": 16, "train.log_every": 1})
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    import math
+
+    ln_v = math.log(json.loads((token_dir / "meta.json").read_text())["vocab_size"])
+    assert sum(r["loss"] > ln_v + 3 for r in recs) >= 10  # the old rule would have stopped it
+    assert rc == 0 and not (run / "diverged.json").exists() and recs[-1]["loss"] < recs[0]["loss"]
+
+
 def test_the_divergence_rule_does_not_fire_on_a_healthy_run(done_run):
     recs = [json.loads(l) for l in (done_run / "metrics.jsonl").read_text().splitlines()]
     assert not (done_run / "diverged.json").exists() and len(recs) == 6

@@ -14,10 +14,12 @@ evaluated windows, every token id is below the vocabulary, callbacks' own ``chec
 names), and the memory estimate of a step (:func:`memory_estimate`) against the machine's memory. A failing
 check leaves no folder behind.
 
-Divergence watch: a step whose loss exceeds ln(V) + ``train.diverge_margin`` (V the vocabulary; ln V is the
-loss of a uniform guess, about where training starts) counts as diverged; ``train.diverge_steps`` consecutive
-diverged steps stop the run like a NaN does (DivergenceError naming the first diverged step). While the loss is
-above that line no checkpoint is written, so pruning can never remove the newest checkpoint from before it.
+Divergence watch: a step whose loss exceeds max(ln V, L₁) + ``train.diverge_margin`` (V the vocabulary; ln V is
+the loss of a uniform guess, about where training starts; L₁ the run's first-step loss, far above ln V when the
+init is large, e.g. γ = 0.25) counts as diverged; ``train.diverge_steps`` consecutive diverged steps stop the run
+like a NaN does (DivergenceError naming the first diverged step). L₁ is kept in the checkpoints, so a resumed run
+draws the same line. While the loss is above that line no checkpoint is written, so pruning can never remove the
+newest checkpoint from before it.
 
 SIGINT/SIGTERM: the step in progress finishes, a checkpoint is written, and :class:`~smallinit.errors.Interrupted`
 is raised (``smallinit train`` then exits 130 / 143 with one line).
@@ -343,6 +345,7 @@ class Trainer:
         torch.set_rng_state(data["optim"]["rng_cpu"])
         self.step = int(data["state"]["step"])
         self._wall_before = float(data["state"].get("wall_time", 0.0))  # wall time accumulates across resumes
+        self._first_loss = data["state"].get("first_loss")  # the divergence line's start (None: older checkpoints)
         self._t_start = time.time()
         self._truncate_metrics(self.step)
 
@@ -372,7 +375,7 @@ class Trainer:
         if self.dist.is_main:
             tied = ("lm_head.weight",) if self.model_cfg.tie_embeddings else ()
             state = {"tokens": self.tokens_seen, "loader": self.loader.state_dict(), "world_size": self.dist.world_size,
-                     "wall_time": self.wall_time()}
+                     "wall_time": self.wall_time(), "first_loss": self._first_loss}
             path = save_checkpoint(self.run_dir, self.step, msd, {"optimizer": osd, "rng_cpu": torch.get_rng_state()},
                                    state, self.cfg.to_dict(), keep=self.cfg.train.keep_ckpts, tied_keys=tied,
                                    keep_steps=tuple(self.cfg.train.ckpt_steps))
@@ -489,6 +492,7 @@ class Trainer:
         ``max_steps`` changes nothing and returns its summary with ``"already_complete": True``."""
         self._t_start = time.time()
         self._wall_before = 0.0
+        self._first_loss: float | None = None  # step 1's loss: where the divergence line starts (_restore sets it)
         if self.resume:
             done = self.completed_summary()
             if done is not None:
@@ -565,6 +569,10 @@ class Trainer:
                 s = self.step
                 is_last = s == c.train.max_steps
                 record: dict[str, Any] = {}
+                if self._first_loss is None and s == 1 and math.isfinite(out["loss"]):
+                    self._first_loss = float(out["loss"])
+                if self._first_loss is not None:
+                    threshold = max(math.log(self.model_cfg.vocab_size), self._first_loss) + c.train.diverge_margin
                 streak = streak + 1 if out["loss"] > threshold else 0
                 if s % c.train.log_every == 0 or is_last or s % c.train.eval_every == 0 or \
                         (c.train.diverge_steps and streak >= c.train.diverge_steps):
@@ -594,7 +602,8 @@ class Trainer:
                 if c.train.diverge_steps and streak >= c.train.diverge_steps:
                     first = s - streak + 1
                     kept = latest_good_checkpoint(self.run_dir) if main else None
-                    msg = (f"the loss diverged: above ln(V) + {c.train.diverge_margin:g} = {threshold:.2f} for "
+                    msg = (f"the loss diverged: above max(ln V, first-step loss) + {c.train.diverge_margin:g} = "
+                           f"{threshold:.2f} for "
                            f"{streak} consecutive steps from step {first} (loss {out['loss']:.4g} at step {s}); "
                            "stopped; " + (f"the newest checkpoint from before it is kept ({kept.name})" if kept else
                                           "no checkpoint was written before it") + "; lower optim.lr")
@@ -651,7 +660,7 @@ class Trainer:
         good = latest_good_checkpoint(self.run_dir)
         atomic_write_json(self.run_dir / "diverged.json", {
             "kind": kind, "step": first, "stopped_at": stopped, "loss": loss if loss is None or math.isfinite(loss)
-            else None, "threshold": threshold, "rule": f"loss > ln(V) + {self.cfg.train.diverge_margin:g} for "
+            else None, "threshold": threshold, "rule": f"loss > max(ln V, first-step loss) + {self.cfg.train.diverge_margin:g} for "
             f"{self.cfg.train.diverge_steps} consecutive steps, or a non-finite loss/gradient",
             "checkpoint": good.name if good else None, "message": message})
 
