@@ -192,10 +192,11 @@ CPU_STEPS = 240
 
 CPU = Preset(
     name="cpu",
-    budget="≈ 2–2.5 hours on a 2-core CPU (dry-run estimate 2h22m at 37 GFLOP/s per job)",
+    budget="≈ 1.5–2 hours on a 2-core CPU (measured 1h34m on 2026-11-30)",
     description=("claim 1 (and 7) from a crossover at d128 × 4 layers, T 256: 8M tokens per arm × seed, arms baseline, "
-                 "paper and γ-only, 2 seeds, budgets D/16 … D; the other claims on short runs (widths 64/128/256 at "
-                 "depth 2, 240 steps of 8×128), learning rate swept over 3 values per arm on tune_loss"),
+                 "paper and γ-only, 2 seeds, budgets D/16 … D, each arm's rate tuned on D/8 runs; claim 6 from its "
+                 "trunks' probes; the other claims on short runs (widths 64/128/256 at depth 2, 240 steps of 8×128), "
+                 "learning rate swept over 3 values per arm on tune_loss; byte-level corpus"),
     claims=tuple(range(1, 12)),
     base={"model": {"preset": "tiny", "max_seq_len": 128},
           "data": {"seq_len": 128, "val_batches": 8, "tune_batches": 8, "bos": True},
