@@ -106,18 +106,6 @@ def run_job(job: Job) -> tuple[str, str | None]:
         log.close()
 
 
-def _stop_with_parent() -> None:  # pragma: no cover - runs in the worker
-    """In a worker: receive SIGTERM when the parent dies (Linux), so that its run checkpoints and stops instead of
-    training on as an orphan that holds the run's lock."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[Path, tuple[str, str | None]]:
     """Run ``jobs`` (``workers`` processes at a time; 1 = in this process) and return {run_dir: (state, error)}.
 
@@ -144,8 +132,12 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[P
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from smallinit.experiments.runner import signal_when_parent_dies
+
+    # a worker whose parent dies gets SIGTERM: its run checkpoints and stops instead of training on as an orphan
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_stop_with_parent if sys.platform.startswith("linux") else None)
+                               initializer=signal_when_parent_dies if sys.platform.startswith("linux") else None,
+                               initargs=(signal.SIGTERM,))
     try:
         futs = {pool.submit(run_job, j): j for j in jobs}
         for f in as_completed(futs):

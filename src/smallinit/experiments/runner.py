@@ -31,12 +31,13 @@ class JobResult:
     rc: int | None = None
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """In the child: receive SIGKILL when the parent dies (Linux), so a killed sweep leaves no orphan
-    training that would hold the run directory's lock."""
+def signal_when_parent_dies(signum: int = signal.SIGKILL) -> None:  # pragma: no cover - runs in the child
+    """In a child process: receive ``signum`` when the parent dies (Linux ``PR_SET_PDEATHSIG``), so a killed sweep
+    leaves no orphan training that would hold the run directory's lock (SIGKILL for the runner's subprocesses;
+    the crossover's workers ask for SIGTERM, which makes their run checkpoint first)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signum)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
@@ -134,7 +135,7 @@ class JobRunner:
         logf.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                                preexec_fn=signal_when_parent_dies if sys.platform.startswith("linux") else None)
         logf.close()
         return proc
 

@@ -545,7 +545,10 @@ class Trainer:
         progress = Progress(c.train.max_steps, self.step, enabled=c.train.progress and main,
                             seconds=c.train.progress_seconds)
         bar = progress
-        threshold = math.log(self.model_cfg.vocab_size) + c.train.diverge_margin
+        def divergence_line() -> float:  # max(ln V, L1) + margin (module docstring)
+            return max(math.log(self.model_cfg.vocab_size), self._first_loss or 0.0) + c.train.diverge_margin
+
+        threshold = divergence_line()
         streak = 0  # consecutive steps with loss above `threshold`
         self.model.train()
         self._callbacks("on_train_start")
@@ -571,8 +574,7 @@ class Trainer:
                 record: dict[str, Any] = {}
                 if self._first_loss is None and s == 1 and math.isfinite(out["loss"]):
                     self._first_loss = float(out["loss"])
-                if self._first_loss is not None:
-                    threshold = max(math.log(self.model_cfg.vocab_size), self._first_loss) + c.train.diverge_margin
+                    threshold = divergence_line()
                 streak = streak + 1 if out["loss"] > threshold else 0
                 if s % c.train.log_every == 0 or is_last or s % c.train.eval_every == 0 or \
                         (c.train.diverge_steps and streak >= c.train.diverge_steps):

@@ -25,7 +25,7 @@ from smallinit.experiments.claims.plots import pyplot, save
 from smallinit.figures import finish_axes
 from smallinit.experiments.claims.rules import (INCONCLUSIVE, SUPPORTED, Effect, Verdict, combine, difference,
                                                 is_finite, lower_is_better_effect)
-from smallinit.experiments.presets import BASELINE, PAPER, Arm, Preset, arm
+from smallinit.experiments.presets import SHRINK_ARMS, Arm, Preset, arm
 
 ID = 2
 CLAIM = "Without the two fixes the advantage of γ = 1 shrinks as the model grows; with them it does not."
@@ -34,13 +34,9 @@ CLAIM = "Without the two fixes the advantage of γ = 1 shrinks as the model grow
 def arms(p: Preset) -> dict[str, Arm]:
     if any(xp.claim == ID for xp in p.extra_crossovers):
         return {}  # its crossovers (one per width) train the runs
-    roles = {}
-    for z in p.shrink_sizes:
-        roles[f"{z}/nofix/0.5"] = arm(z, BASELINE)
-        roles[f"{z}/nofix/1"] = arm(z, (1.0, 1e-5, "none"))
-        roles[f"{z}/fix/0.5"] = arm(z, (0.5, 1e-12, "elementwise"))
-        roles[f"{z}/fix/1"] = arm(z, PAPER)
-    return roles
+    # roles "SIZE/nofix/0.5" … "SIZE/fix/1": the four settings of SHRINK_ARMS at every size
+    return {f"{z}/{name.replace('-', '/')}": arm(z, setting) for z in p.shrink_sizes
+            for name, setting in SHRINK_ARMS.items()}
 
 
 def judge(adv_nofix: dict[float, Effect], adv_fix: dict[float, Effect],
