@@ -1,5 +1,5 @@
 """The best use of the machine's cores for many small runs at the reproduction's shape (d 128 × 4 layers, T 256,
-B 16, vocab 8192, elementwise gate, fp32): total training tokens per second of the whole machine for
+B 16, byte-level vocabulary as the cpu preset trains it — ``--shape d128`` for vocab 8192 —, elementwise gate, fp32): total training tokens per second of the whole machine for
 
   * ``2x1``: two processes × one thread each (what `reproduce --jobs 2` does),
   * ``1x2``: one process × two threads (one run at a time),
@@ -11,7 +11,7 @@ Every layout runs the same number of steps per run after a warm-up; throughput =
 sections / (last end − first start). ``--check N`` also trains each arm of the batched model and its separate run
 for N steps and prints the largest loss difference.
 
-    python benchmarks/layout_bench.py [--steps 20] [--layouts 2x1,1x2,vmap2,vmap4] [--check 50]
+    python benchmarks/layout_bench.py [--steps 20] [--layouts 2x1,1x2,vmap2,vmap4] [--check 50] [--shape d128b]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from bench_common import SHAPES, Transformer, header, make_step, ours_config
 
-SHAPE = "d128"
+SHAPE = "d128b"
 
 
 def _data(seed: int, steps: int):
@@ -120,7 +120,7 @@ def run_layout(layout: str, steps: int) -> float:
         cmds = [["--child", "single", "--threads", "2", "--seed", "0"]]
     else:
         cmds = [["--child", layout, "--threads", "2"]]
-    procs = [subprocess.Popen([sys.executable, __file__, *c, "--steps", str(steps)], stdout=subprocess.PIPE, text=True,
+    procs = [subprocess.Popen([sys.executable, __file__, *c, "--steps", str(steps), "--shape", SHAPE], stdout=subprocess.PIPE, text=True,
                               cwd=os.path.dirname(os.path.abspath(__file__))) for c in cmds]
     res = []
     for p in procs:
@@ -146,19 +146,22 @@ def check(K: int, steps: int) -> float:
 
 
 def main() -> None:
+    global SHAPE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--layouts", default="2x1,1x2,vmap2,vmap4")
     ap.add_argument("--repeats", type=int, default=2, help="each layout this many times, interleaved; best kept")
     ap.add_argument("--check", type=int, default=0)
+    ap.add_argument("--shape", default="d128b", choices=list(SHAPES))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    SHAPE = args.shape
     if args.child:
         print("RESULT " + json.dumps(child(args.child, args.threads, args.steps, args.seed)), flush=True)
         return
-    print(header(2), flush=True)
+    print(header(2), f"shape {SHAPE} {SHAPES[SHAPE]}", flush=True)
     layouts = args.layouts.split(",")
     best: dict[str, list[float]] = {k: [] for k in layouts}
     for rep in range(args.repeats):

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from smallinit.model.config import ModelConfig
+from smallinit.model.norm import plain_ops_only
 
 
 class RotaryEmbedding(nn.Module):
@@ -78,8 +79,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     against ``x``; computed as [x₁c − x₂s, x₂c + x₁s] with the first half of each table."""
     h = x.shape[-1] // 2
     c, s = cos[..., :h].to(x.dtype), sin[..., :h].to(x.dtype)
-    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
-        # inductor fuses the plain formula itself; under torch.func (vmap, grad) the plain ops compose
+    if plain_ops_only():
         x1, x2 = x[..., :h], x[..., h:]
         return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
     return _Rope.apply(x, c, s)

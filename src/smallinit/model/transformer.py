@@ -18,7 +18,7 @@ from smallinit.model.attention import Attention, RotaryEmbedding
 from smallinit.model.config import ModelConfig
 from smallinit.model.loss import linear_cross_entropy
 from smallinit.model.mlp import SwiGLU
-from smallinit.model.norm import make_norm
+from smallinit.model.norm import make_norm, plain_ops_only
 
 
 class Block(nn.Module):
@@ -96,7 +96,7 @@ class Transformer(nn.Module):
         h = self.norm_f(h)
         if targets is None:
             return self.lm_head(h)
-        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        if plain_ops_only():
             return F.cross_entropy(self.lm_head(h).float().flatten(0, 1), targets.flatten())
         return linear_cross_entropy(h, self.lm_head.weight, targets)
 
