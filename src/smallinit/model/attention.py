@@ -9,7 +9,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from smallinit.model.config import ModelConfig
-from smallinit.model.norm import plain_ops_only
+
+
+def plain_ops_only() -> bool:
+    """True under ``torch.compile`` tracing or a ``torch.func`` transform (vmap, grad): there the model's
+    hand-written RoPE autograd function and chunked LM-head loss step aside for plain ops, which inductor fuses
+    and functorch composes."""
+    return torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
 
 
 class RotaryEmbedding(nn.Module):

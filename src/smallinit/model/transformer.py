@@ -14,11 +14,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from smallinit.init import InitReport, gamma_init
-from smallinit.model.attention import Attention, RotaryEmbedding
+from smallinit.model.attention import Attention, RotaryEmbedding, plain_ops_only
 from smallinit.model.config import ModelConfig
 from smallinit.model.loss import linear_cross_entropy
 from smallinit.model.mlp import SwiGLU
-from smallinit.model.norm import make_norm, plain_ops_only
+from smallinit.model.norm import make_norm
 
 
 class Block(nn.Module):
