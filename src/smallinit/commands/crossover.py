@@ -79,7 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the grid grows past a winning edge value up to twice); default: no tuning")
     p.add_argument("--tune-fraction", type=float, default=0.125, metavar="F",
                    help="length of a tuning run as a fraction of D (default 1/8)")
-    p.add_argument("--jobs", type=int, default=1, metavar="N", help="runs at a time (default 1)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="runs at a time (default: one per core on the CPU, 1 with CUDA)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
 
@@ -105,14 +106,15 @@ def _rates(text: str) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
     from pathlib import Path
 
     from smallinit.errors import ConfigError
+    from smallinit.experiments.cost import default_jobs, usable_cores
     from smallinit.experiments.crossover import CrossoverSpec, plan_jobs, run_crossover
 
-    if args.seeds < 1 or args.jobs < 1 or args.threads < 0:
+    if args.seeds < 1 or (args.jobs is not None and args.jobs < 1) or args.threads < 0:
         raise ConfigError("--seeds and --jobs must be >= 1 and --threads >= 0")
+    args.jobs = args.jobs or default_jobs()
     arms = dict(parse_arm(a) for a in args.arms)
     if len(arms) != len(args.arms):
         raise ConfigError("two arms share a name")
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                          overrides=list(args.set), seeds=list(range(args.seeds)), fractions=_fractions(args.budgets),
                          cooldown=args.cooldown, lrs=_rates(args.lrs), tune_fraction=args.tune_fraction)
     spec.validate()
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    threads = args.threads or max(1, usable_cores() // args.jobs)
     if args.dry_run:
         print_plan(spec, Path(args.out), threads, args.jobs)
         return 0

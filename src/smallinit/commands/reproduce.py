@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (runs, report.md, index.html, claims.json)")
     p.add_argument("--corpus", metavar="PREPARED_DIR", help="prepared data directory (prepared from builtin:stdlib if missing)")
     p.add_argument("--seeds", type=int, default=None, metavar="K", help="seeds for claims 1, 9 and 10 (default: the preset's)")
-    p.add_argument("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: the preset's)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="runs at a time (default: the preset's; for the CPU presets one per core)")
     p.add_argument("--gflops", type=float, default=None,
                    help="training GFLOP/s per job for the time estimates (default: measured here; gpu: 400000)")
     p.add_argument("--hours", type=float, default=None, metavar="H",

@@ -23,8 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
     p.add_argument("sweep", metavar="SWEEP.yaml", help="the sweep file")
     p.add_argument("--out", required=True, metavar="DIR", help="sweep directory (one run directory per run inside)")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="runs at a time (each gets cores/N torch threads unless train.threads is set; default 1)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="runs at a time (each gets cores/N torch threads unless train.threads is set; default: one "
+                        "per core on the CPU, 1 with CUDA)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that exited with an error")
     p.add_argument("--gflops", type=float, default=None,
                    help="this machine's training GFLOP/s for time estimates (default: measured in a few seconds)")
@@ -35,12 +36,13 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from smallinit.errors import ConfigError
-    from smallinit.experiments.cost import fmt_seconds, measure_gflops, model_cost
+    from smallinit.experiments.cost import default_jobs, fmt_seconds, measure_gflops, model_cost
     from smallinit.experiments.sweep import load_sweep, run_sweep
     from smallinit.rundir import run_state
 
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    args.jobs = args.jobs or default_jobs()
     spec = load_sweep(args.sweep)
     if args.dry_run:
         gflops = args.gflops or measure_gflops(spec.runs[0].config)

@@ -139,7 +139,8 @@ class Preset:
     corpus: dict[str, Any] = field(default_factory=dict)
     compare_tokens: int = 32768
     sink_without_bos: bool = False
-    jobs: int = 1
+    jobs: int | None = None
+    """Runs at a time; None: :func:`smallinit.experiments.cost.default_jobs` (one per core on the CPU)."""
     gflops: float | None = None
     """Assumed training GFLOP/s for the estimates (None: measured on this machine)."""
     anchor_gflops: float | None = None
@@ -182,7 +183,6 @@ DEMO = Preset(
     corpus={"inputs": ["builtin:stdlib"], "vocab_size": 8192, "max_bytes": 12_000_000, "val_fraction": 0.05,
             "name": "stdlib-demo"},
     compare_tokens=32768,
-    jobs=2,
     crossover=CrossoverPlan(size="d128", tokens=500 * 16 * 128, seeds=1, arms=("baseline", "paper"),
                             fractions=(1 / 8, 1 / 4, 1 / 2, 1.0), overrides={"probe.every": 0}),
 )
@@ -218,7 +218,6 @@ CPU = Preset(
     corpus={"inputs": ["builtin:stdlib"], "tokenizer": "byte", "val_fraction": 0.02, "name": "stdlib-bytes"},
     compare_tokens=32768,
     sink_without_bos=True,
-    jobs=1,
     crossover=CrossoverPlan(
         size="d128", tokens=8_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"), lrs=(1e-3, 3e-3, 1e-2),
         overrides={"model.n_layers": 4, "model.n_heads": 4, "data.seq_len": 256, "model.max_seq_len": 256,
@@ -232,6 +231,7 @@ GPU = Preset(
     description=("the paper's sizes 0.1B–1.5B (and the 0.5B MoE) at ~20 tokens per parameter, seq 2048, "
                  "0.5M tokens per step, bf16; learning rate swept over 3 values per arm; 2 seeds for claims 1, 9"),
     claims=tuple(range(1, 12)),
+    jobs=1,  # one accelerator, one run at a time
     base={"model": {"preset": "0.1b"},
           "data": {"seq_len": 2048, "val_batches": 32, "tune_batches": 32, "bos": True},
           "optim": {"warmup_steps": 2000, "schedule": "wsd"},
@@ -270,7 +270,6 @@ CPU_LONG.description = ("claim 1's crossover at d128 × 4 layers pushed to 64M t
                         "(γ sweep) and 2 (widths at equal tokens per parameter), each only when it fits")
 CPU_LONG.claims = (1, 2, 5, 7, 10)
 CPU_LONG.crossover = dataclasses.replace(CPU.crossover, tokens=64_000_000, arms=("baseline", "paper"))
-CPU_LONG.jobs = 2
 CPU_LONG.hours = 10.0
 _LONG_SHAPE = {k: v for k, v in CPU.crossover.overrides.items() if k not in ("model.n_heads",)}
 CPU_LONG.extra_crossovers = (

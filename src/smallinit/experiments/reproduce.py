@@ -24,7 +24,7 @@ from typing import Any, Callable
 from smallinit.experiments.claims import registry
 from smallinit.experiments.claims.context import ClaimContext, anchor_name, make_result, run_name
 from smallinit.experiments.claims.rules import INCONCLUSIVE, RULE, Verdict, seed_noise_floor
-from smallinit.experiments.cost import default_threads, fmt_seconds, measure_anchor_gflops, measure_gflops
+from smallinit.experiments.cost import default_jobs, default_threads, fmt_seconds, measure_anchor_gflops, measure_gflops
 from smallinit.experiments.lr import plot_lr_sweep, select_anchor_lr, select_lr
 from smallinit.experiments.plan import (Plan, anchor_config, check_corpus, describe_plan, ensure_corpus, lm_config,
                                         make_plan, phase2_jobs)
@@ -46,7 +46,7 @@ class Reproduction:
         self.hours = hours
         self.out = Path(out)
         self.corpus_arg = corpus
-        self.jobs = jobs or preset.jobs
+        self.jobs = jobs or preset.jobs or default_jobs()
         self.inprocess = preset.inprocess if inprocess is None else inprocess
         self.gflops = gflops or preset.gflops
         self.crossover_gflops: float | None = None
