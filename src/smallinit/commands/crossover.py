@@ -114,7 +114,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seeds < 1 or (args.jobs is not None and args.jobs < 1) or args.threads < 0:
         raise ConfigError("--seeds and --jobs must be >= 1 and --threads >= 0")
-    args.jobs = args.jobs or default_jobs()
     arms = dict(parse_arm(a) for a in args.arms)
     if len(arms) != len(args.arms):
         raise ConfigError("two arms share a name")
@@ -122,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
                          overrides=list(args.set), seeds=list(range(args.seeds)), fractions=_fractions(args.budgets),
                          cooldown=args.cooldown, lrs=_rates(args.lrs), tune_fraction=args.tune_fraction)
     spec.validate()
+    # the widest stage: arms × seeds trunks (× rates while tuning)
+    args.jobs = args.jobs or default_jobs(len(arms) * args.seeds * max(1, len(spec.lrs or ())))
     threads = args.threads or max(1, usable_cores() // args.jobs)
     if args.dry_run:
         print_plan(spec, Path(args.out), threads, args.jobs)

@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
-    args.jobs = args.jobs or default_jobs()
     spec = load_sweep(args.sweep)
+    args.jobs = args.jobs or default_jobs(len(spec.runs))
     if args.dry_run:
         gflops = args.gflops or measure_gflops(spec.runs[0].config)
         total = 0.0

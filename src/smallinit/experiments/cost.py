@@ -34,16 +34,19 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def default_jobs() -> int:
-    """Runs at a time when none is asked for: one per usable core, each with one torch thread, on the CPU; 1 when
-    CUDA is available (one device, one run).
+def default_jobs(runs: int | None = None) -> int:
+    """Runs at a time when none is asked for: one per usable core, each with one torch thread, on the CPU — but no
+    more than ``runs`` (the runs that can train at once), so that on a machine with more cores than runs each
+    run gets cores // jobs threads; 1 when CUDA is available (one device, one run).
 
     The best layout of the cores measured for many small runs (``benchmarks/layout_bench.py``, d 128 × 4 layers,
     bytes, idle 2-core machine, 2026-12-01): 2 processes × 1 thread 16,309 tokens/s in total, 1 process × 2 threads
     14,280, two or four arms batched in one process (vmap) 13,966 / 13,115 (benchmarks/RESULTS.md)."""
     from smallinit.device import resolve_device
 
-    return 1 if resolve_device("auto").type == "cuda" else usable_cores()
+    if resolve_device("auto").type == "cuda":
+        return 1
+    return max(1, min(usable_cores(), runs or usable_cores()))
 
 
 def default_threads(parallel: int) -> int:
