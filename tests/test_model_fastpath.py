@@ -1,4 +1,5 @@
-"""The fast paths of the model (fused RoPE, joint q/k rotation, chunked LM-head cross-entropy) against a reference
+"""The fast paths of the model (fused RoPE, joint q/k rotation, SwiGLU's two half-matmuls, chunked LM-head
+cross-entropy) against a reference
 copy of the code they replaced: same logits, same loss, and the same few training steps within float tolerance."""
 
 import copy
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from smallinit import ModelConfig, Transformer
 from smallinit.model.attention import apply_rope
 from smallinit.model.loss import linear_cross_entropy
+from smallinit.model.mlp import SwiGLU
 
 
 # ---- the reference: the forward as written before the fast paths (rotate-half with cat, RoPE per head group,
@@ -34,12 +36,19 @@ def ref_attention(attn, x, cos, sin):
     return attn.w_o(y.reshape(B, T, attn.q_dim))
 
 
+def ref_mlp(mlp, x):
+    if not isinstance(mlp, SwiGLU):
+        return mlp(x)
+    gate, up = mlp.w_gate_up(x).chunk(2, dim=-1)  # one matmul, then chunk (its backward: a cat)
+    return mlp.w_down(F.silu(gate) * up)
+
+
 def ref_logits(model, idx):
     cos, sin = model.rope(idx.shape[1])
     h = model.tok_emb(idx)
     for b in model.blocks:
         h = h + ref_attention(b.attn, b.attn_norm(h), cos, sin)
-        h = h + b.mlp(b.mlp_norm(h))
+        h = h + ref_mlp(b.mlp, b.mlp_norm(h))
     return model.lm_head(model.norm_f(h))
 
 

@@ -8,7 +8,11 @@ from torch import nn
 
 
 class SwiGLU(nn.Module):
-    """y = W_down( silu(x W_gate) ⊙ (x W_up) ); W_gate and W_up are one fused matrix ``w_gate_up``."""
+    """y = W_down( silu(x W_gate) ⊙ (x W_up) ); W_gate and W_up are stored as one matrix ``w_gate_up``.
+
+    The forward multiplies by the two halves separately (views of ``w_gate_up``) rather than once and
+    ``chunk``-ing the product: the activations stay contiguous and the backward needs no ``cat`` of their
+    gradients — 1.02–1.05× faster whole training steps at d 128 on CPU, unchanged at d 384 (benchmarks/RESULTS.md)."""
 
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
@@ -22,5 +26,5 @@ class SwiGLU(nn.Module):
         return {"gate": gate, "up": up, "down": self.w_down.weight}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.w_gate_up(x).chunk(2, dim=-1)
-        return self.w_down(F.silu(gate) * up)
+        w_gate, w_up = self.w_gate_up.weight.split([self.d_ff, self.d_ff], dim=0)
+        return self.w_down(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up))
