@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import shutil
 import signal
@@ -225,8 +226,6 @@ def test_a_large_init_that_starts_far_above_ln_v_and_descends_is_not_called_dive
     run = tmp_path / "run"
     rc = train(run, token_dir, **{"model.gamma": 0.05, "optim.lr": 1e-3, "train.max_steps": 16, "train.log_every": 1})
     recs = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-    import math
-
     ln_v = math.log(json.loads((token_dir / "meta.json").read_text())["vocab_size"])
     assert sum(r["loss"] > ln_v + 3 for r in recs) >= 10  # the old rule would have stopped it
     assert rc == 0 and not (run / "diverged.json").exists() and recs[-1]["loss"] < recs[0]["loss"]

@@ -662,8 +662,9 @@ class Trainer:
         good = latest_good_checkpoint(self.run_dir)
         atomic_write_json(self.run_dir / "diverged.json", {
             "kind": kind, "step": first, "stopped_at": stopped, "loss": loss if loss is None or math.isfinite(loss)
-            else None, "threshold": threshold, "rule": f"loss > max(ln V, first-step loss) + {self.cfg.train.diverge_margin:g} for "
-            f"{self.cfg.train.diverge_steps} consecutive steps, or a non-finite loss/gradient",
+            else None, "threshold": threshold,
+            "rule": f"loss > max(ln V, first-step loss) + {self.cfg.train.diverge_margin:g} for "
+                    f"{self.cfg.train.diverge_steps} consecutive steps, or a non-finite loss/gradient",
             "checkpoint": good.name if good else None, "message": message})
 
     def _should_stop(self) -> bool:
