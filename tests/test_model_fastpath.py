@@ -1,6 +1,6 @@
-"""The fast paths of the model (fused RoPE, joint q/k rotation, SwiGLU's two half-matmuls, chunked LM-head
-cross-entropy) against a reference
-copy of the code they replaced: same logits, same loss, and the same few training steps within float tolerance."""
+"""The fast paths of the model (fused RoPE, joint q/k rotation and split of the fused projection, RMSNorm's
+hand-written backward, SwiGLU's two half-matmuls, chunked LM-head cross-entropy) against a reference copy of the code
+they replaced: same logits, same loss, and the same few training steps within float tolerance."""
 
 import copy
 import math
@@ -10,9 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from smallinit import ModelConfig, Transformer
-from smallinit.model.attention import apply_rope
+from smallinit.model.attention import RotaryEmbedding, apply_rope
+from smallinit.model.fused import RMSNormFunction, SplitRope, rms_norm
 from smallinit.model.loss import linear_cross_entropy
 from smallinit.model.mlp import SwiGLU
+from smallinit.model.norm import RMSNorm
 
 
 # ---- the reference: the forward as written before the fast paths (rotate-half with cat, RoPE per head group,
@@ -43,13 +45,19 @@ def ref_mlp(mlp, x):
     return mlp.w_down(F.silu(gate) * up)
 
 
+def ref_norm(norm, h):
+    if isinstance(norm, RMSNorm):
+        return F.rms_norm(h, (h.shape[-1],), norm.weight, norm.eps)
+    return norm(h)
+
+
 def ref_logits(model, idx):
     cos, sin = model.rope(idx.shape[1])
     h = model.tok_emb(idx)
     for b in model.blocks:
-        h = h + ref_attention(b.attn, b.attn_norm(h), cos, sin)
-        h = h + ref_mlp(b.mlp, b.mlp_norm(h))
-    return model.lm_head(model.norm_f(h))
+        h = h + ref_attention(b.attn, ref_norm(b.attn_norm, h), cos, sin)
+        h = h + ref_mlp(b.mlp, ref_norm(b.mlp_norm, h))
+    return model.lm_head(ref_norm(model.norm_f, h))
 
 
 def ref_loss(model, idx, targets):
@@ -69,8 +77,6 @@ CONFIGS = {
 
 def test_apply_rope_matches_rotate_half_reference_and_its_gradient():
     torch.manual_seed(0)
-    from smallinit.model.attention import RotaryEmbedding
-
     cos, sin = RotaryEmbedding(16, 10, 100.0)(10)
     x = torch.randn(3, 2, 10, 16, dtype=torch.float64, requires_grad=True)
     out = apply_rope(x, cos.double(), sin.double())
@@ -84,6 +90,67 @@ def test_apply_rope_matches_rotate_half_reference_and_its_gradient():
     assert torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-12)
     assert torch.autograd.gradcheck(lambda t: apply_rope(t, cos.double()[:4], sin.double()[:4]),
                                     (torch.randn(4, 16, dtype=torch.float64, requires_grad=True),))
+
+
+@pytest.mark.parametrize("heads,kv_heads,gate_dim", [(4, 4, 0), (4, 2, 4), (2, 1, 16)])
+def test_split_rope_matches_slices_and_its_gradient(heads, kv_heads, gate_dim, monkeypatch):
+    """SplitRope against slicing + rotate-half RoPE on every output, and its one-buffer backward against autograd over
+    the slices — also when some outputs get no gradient (v unused, gate unused: their part of the buffer is zero).
+    Deterministic mode fills ``torch.empty`` with NaN, so a part of the buffer left unwritten cannot pass."""
+    monkeypatch.setattr(torch.utils.deterministic, "fill_uninitialized_memory", True)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        _check_split_rope(heads, kv_heads, gate_dim)
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
+def _check_split_rope(heads, kv_heads, gate_dim):
+    torch.manual_seed(3)
+    hd, B, T = 8, 2, 5
+    D = (heads + 2 * kv_heads) * hd + gate_dim
+    cos, sin = (t.double()[:, None, :] for t in RotaryEmbedding(hd, T, 100.0)(T))
+    p = torch.randn(B, T, D, dtype=torch.float64, requires_grad=True)
+    q, k, v, g = SplitRope.apply(p, cos[..., :hd // 2], sin[..., :hd // 2], heads, kv_heads, hd)
+    rq, rk, rv, rg = p.split([heads * hd, kv_heads * hd, kv_heads * hd, gate_dim], dim=-1)
+    assert torch.allclose(q, ref_apply_rope(rq.view(B, T, heads, hd), cos, sin), atol=1e-12)
+    assert torch.allclose(k, ref_apply_rope(rk.view(B, T, kv_heads, hd), cos, sin), atol=1e-12)
+    assert torch.equal(v, rv.view(B, T, kv_heads, hd)) and torch.equal(g, rg)
+    for used in [(q, k, v, g), (q, k), (k, g)]:  # sum of random projections of the used outputs
+        weights = [torch.randn_like(t) for t in used]
+        out = sum((t * w).sum() for t, w in zip(used, weights))
+        (ga,) = torch.autograd.grad(out, p, retain_graph=True)
+        ref_outs = {id(q): ref_apply_rope(rq.view(B, T, heads, hd), cos, sin),
+                    id(k): ref_apply_rope(rk.view(B, T, kv_heads, hd), cos, sin), id(v): rv.view(B, T, kv_heads, hd),
+                    id(g): rg}
+        ref = sum((ref_outs[id(t)] * w).sum() for t, w in zip(used, weights))
+        (gb,) = torch.autograd.grad(ref, p, retain_graph=True)
+        assert torch.allclose(ga, gb, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda t: SplitRope.apply(t, cos[..., :hd // 2], sin[..., :hd // 2], heads, kv_heads, hd),
+        (torch.randn(1, T, D, dtype=torch.float64, requires_grad=True),))
+
+
+@pytest.mark.parametrize("scale,eps", [(1.0, 1e-5), (1e-6, 1e-12), (1e-4, 1e-5)])
+def test_rms_norm_matches_f_rms_norm_and_its_gradient(scale, eps):
+    """The hand-written backward against autograd through ``F.rms_norm``: at unit scale, and at the small-init scale
+    where mean(h²) is near or below ε (the ε-dominated regime the paper is about); non-contiguous gradient."""
+    torch.manual_seed(2)
+    x = (scale * torch.randn(3, 5, 24, dtype=torch.float64)).requires_grad_()
+    w = (torch.rand(24, dtype=torch.float64) + 0.5).requires_grad_()
+    g = torch.randn(3, 24, 5, dtype=torch.float64).transpose(1, 2)  # a non-contiguous gradient
+    x32, w32 = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    out = rms_norm(x32, w32, eps)
+    ref = F.rms_norm(x, (24,), w, eps)
+    assert torch.allclose(out.double(), ref, rtol=1e-5, atol=1e-6 * ref.abs().max().item())
+    ga = torch.autograd.grad(out, (x32, w32), g.float())
+    gb = torch.autograd.grad(ref, (x, w), g)
+    for a, b in zip(ga, gb):
+        assert torch.allclose(a.double(), b, rtol=1e-4, atol=1e-5 * b.abs().max().item())
+    # the formula itself, in float64 through the same autograd.Function: exact to rounding (non-contiguous input)
+    t = (x.detach()[:, :2] / scale).transpose(0, 1).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: RMSNormFunction.apply(scale * a, b, eps), (t, w))
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 1024])

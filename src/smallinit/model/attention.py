@@ -9,13 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from smallinit.model.config import ModelConfig
-
-
-def plain_ops_only() -> bool:
-    """True under ``torch.compile`` tracing or a ``torch.func`` transform (vmap, grad): there the model's
-    hand-written RoPE autograd function and chunked LM-head loss step aside for plain ops, which inductor fuses
-    and functorch composes."""
-    return torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
+from smallinit.model.fused import Rope, SplitRope, plain_ops_only
 
 
 class RotaryEmbedding(nn.Module):
@@ -49,35 +43,6 @@ class RotaryEmbedding(nn.Module):
         return self.cos[:seq_len], self.sin[:seq_len]
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
-    """[x₁·c − sign·x₂·s, x₂·c + sign·x₁·s] over the two halves x₁, x₂ of the last dim, written into one new
-    contiguous tensor (no rotate-half copy, no ``cat``); ``cos``/``sin`` are half-width tables broadcastable
-    against x₁. sign = +1 rotates by +θ, −1 by −θ (the inverse, = the transpose, used for the gradient)."""
-    h = x.shape[-1] // 2
-    x1, x2 = x[..., :h], x[..., h:]
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    o1, o2 = out[..., :h], out[..., h:]
-    torch.mul(x1, cos, out=o1)
-    o1.addcmul_(x2, sin, value=-sign)
-    torch.mul(x2, cos, out=o2)
-    o2.addcmul_(x1, sin, value=sign)
-    return out
-
-
-class _Rope(torch.autograd.Function):
-    """RoPE as one linear map R_θ with its own backward: dL/dx = R_θᵀ g = R_{−θ} g (saves only the tables)."""
-
-    @staticmethod
-    def forward(ctx, x, cos, sin):
-        ctx.save_for_backward(cos, sin)
-        return _rotate(x, cos, sin, 1.0)
-
-    @staticmethod
-    def backward(ctx, g):
-        cos, sin = ctx.saved_tensors
-        return _rotate(g, cos, sin, -1.0), None, None
-
-
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x·cos + rotate_half(x)·sin, with rotate_half(x) = [−x₂, x₁] over the two halves of the head.
 
@@ -88,7 +53,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     if plain_ops_only():
         x1, x2 = x[..., :h], x[..., h:]
         return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
-    return _Rope.apply(x, c, s)
+    return Rope.apply(x, c, s)
 
 
 class Attention(nn.Module):
@@ -125,16 +90,22 @@ class Attention(nn.Module):
         """q (B, H, T, hd), k, v (B, H_kv, T, hd) and the gate pre-activation (B, T, gate_dim).
 
         RoPE is applied once to q and k together, in the (B, T, heads, hd) layout of the fused projection's
-        output (``cos``/``sin``: (T, hd) tables); q, k, v are transposed views, as SDPA takes them."""
+        output (``cos``/``sin``: (T, hd) tables); q, k, v are transposed views, as SDPA takes them. In eager mode
+        the split and the rotation are one :class:`~smallinit.model.fused.SplitRope` (one gradient buffer)."""
         B, T, _ = x.shape
         qkvg = self.w_qkvg(x)
-        qk_dim = self.q_dim + self.kv_dim
-        qk = qkvg[..., :qk_dim].view(B, T, self.n_heads + self.n_kv_heads, self.head_dim)
-        qk = apply_rope(qk, cos[:, None, :], sin[:, None, :])
-        q = qk[:, :, :self.n_heads].transpose(1, 2)
-        k = qk[:, :, self.n_heads:].transpose(1, 2)
-        v = qkvg[..., qk_dim:qk_dim + self.kv_dim].view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        return q, k, v, qkvg[..., qk_dim + self.kv_dim:]
+        if plain_ops_only():
+            qk_dim = self.q_dim + self.kv_dim
+            qk = qkvg[..., :qk_dim].view(B, T, self.n_heads + self.n_kv_heads, self.head_dim)
+            qk = apply_rope(qk, cos[:, None, :], sin[:, None, :])
+            q, k = qk[:, :, :self.n_heads], qk[:, :, self.n_heads:]
+            v = qkvg[..., qk_dim:qk_dim + self.kv_dim].view(B, T, self.n_kv_heads, self.head_dim)
+            g = qkvg[..., qk_dim + self.kv_dim:]
+        else:
+            h = self.head_dim // 2
+            c, s = cos[:, None, :h].to(qkvg.dtype), sin[:, None, :h].to(qkvg.dtype)
+            q, k, v, g = SplitRope.apply(qkvg, c, s, self.n_heads, self.n_kv_heads, self.head_dim)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), g
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from smallinit.model.fused import rms_norm
+
 
 class RMSNorm(nn.Module):
     """y = g ⊙ h / sqrt(mean(h²) + ε), computed in float32 whatever the input/autocast dtype.
@@ -21,7 +23,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         with torch.autocast(h.device.type, enabled=False):
-            y = F.rms_norm(h.float(), (h.shape[-1],), self.weight.float(), self.eps)
+            y = rms_norm(h.float(), self.weight.float(), self.eps)
         return y.to(h.dtype)
 
     def extra_repr(self) -> str:

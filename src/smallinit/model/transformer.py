@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from smallinit.init import InitReport, gamma_init
-from smallinit.model.attention import Attention, RotaryEmbedding, plain_ops_only
+from smallinit.model.attention import Attention, RotaryEmbedding
+from smallinit.model.fused import plain_ops_only
 from smallinit.model.config import ModelConfig
 from smallinit.model.loss import linear_cross_entropy
 from smallinit.model.mlp import SwiGLU
