@@ -128,8 +128,9 @@ class RMSNormFunction(torch.autograd.Function):
 
 
 def rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """g ⊙ h / sqrt(mean(h²) + ε) over the last dim: :class:`RMSNormFunction` for float32 in eager mode,
-    ``F.rms_norm`` under compile/functorch or for any other dtype."""
-    if plain_ops_only() or h.dtype != torch.float32 or weight.dtype != torch.float32:
+    """g ⊙ h / sqrt(mean(h²) + ε) over the last dim: :class:`RMSNormFunction` for float32 on the CPU in eager mode
+    (where ``F.rms_norm`` is composite ops), ``F.rms_norm`` otherwise (a fused kernel on CUDA; plain ops under
+    compile/functorch)."""
+    if plain_ops_only() or h.device.type != "cpu" or h.dtype != torch.float32 or weight.dtype != torch.float32:
         return F.rms_norm(h, (h.shape[-1],), weight, eps)
     return RMSNormFunction.apply(h, weight, eps)
