@@ -233,3 +233,29 @@ def test_bf16_autocast_loss_close_to_float32():
     assert a.item() == pytest.approx(b.item(), rel=2e-2)
     a.backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_plain_path_equals_fast_path(name, monkeypatch):
+    """The plain-op path that torch.compile and functorch trace (plain_ops_only() True: slices + cat-RoPE,
+    F.rms_norm, full logits + cross-entropy) gives the fast path's loss and gradients."""
+    import smallinit.model.attention as attention_mod
+    import smallinit.model.fused as fused_mod
+    import smallinit.model.transformer as transformer_mod
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.from_dict(CONFIGS[name]))
+    idx = torch.randint(0, model.config.vocab_size, (3, 20))
+    tgt = torch.randint(0, model.config.vocab_size, (3, 20))
+    results = []
+    for plain in (False, True):
+        for mod in (attention_mod, fused_mod, transformer_mod):
+            monkeypatch.setattr(mod, "plain_ops_only", lambda plain=plain: plain)
+        model.zero_grad(set_to_none=True)
+        loss = model(idx, targets=tgt)
+        loss.backward()
+        results.append((loss.item(), {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (fast_loss, fast_grads), (plain_loss, plain_grads) = results
+    assert fast_loss == pytest.approx(plain_loss, rel=1e-6)
+    for k, g in fast_grads.items():
+        assert torch.allclose(g, plain_grads[k], rtol=1e-4, atol=1e-6 * plain_grads[k].abs().max().item() + 1e-9), k
