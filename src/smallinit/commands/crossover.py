@@ -122,12 +122,12 @@ def run(args: argparse.Namespace) -> int:
                          cooldown=args.cooldown, lrs=_rates(args.lrs), tune_fraction=args.tune_fraction)
     spec.validate()
     # the widest stage: arms × seeds trunks (× rates while tuning)
-    args.jobs = args.jobs or default_jobs(len(arms) * args.seeds * max(1, len(spec.lrs or ())))
-    threads = args.threads or max(1, usable_cores() // args.jobs)
+    jobs = args.jobs or default_jobs(len(arms) * args.seeds * max(1, len(spec.lrs or ())))
+    threads = args.threads or max(1, usable_cores() // jobs)
     if args.dry_run:
-        print_plan(spec, Path(args.out), threads, args.jobs)
+        print_plan(spec, Path(args.out), threads, jobs)
         return 0
-    result = run_crossover(spec, args.out, workers=args.jobs, threads=threads)
+    result = run_crossover(spec, args.out, workers=jobs, threads=threads)
     for arm, a in result["analyses"].items():
         print(f"{arm} vs {spec.baseline}: {a['answer']}\n  verdict: {a['verdict']} — {a['reason']}")
     print(f"report: {Path(args.out) / 'crossover.md'}")

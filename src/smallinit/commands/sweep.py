@@ -43,11 +43,11 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     spec = load_sweep(args.sweep)
-    args.jobs = args.jobs or default_jobs(len(spec.runs))
+    jobs = args.jobs or default_jobs(len(spec.runs))
     if args.dry_run:
         gflops = args.gflops or measure_gflops(spec.runs[0].config)
         total = 0.0
-        print(f"{len(spec.runs)} runs (time at {gflops:.1f} GFLOP/s, {args.jobs} at a time):")
+        print(f"{len(spec.runs)} runs (time at {gflops:.1f} GFLOP/s, {jobs} at a time):")
         for r in spec.runs:
             c = model_cost(r.config)
             secs = c["flops"] / (gflops * 1e9)
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             state = run_state(Path(args.out) / r.name)
             print(f"  {r.name:<40} {state:<8} params {c['params'] / 1e6:8.2f}M  tokens {c['tokens'] / 1e6:8.2f}M  "
                   f"≈ {fmt_seconds(secs)}")
-        print(f"total ≈ {fmt_seconds(total / args.jobs)}")
+        print(f"total ≈ {fmt_seconds(total / jobs)}")
         return 0
-    results = run_sweep(spec, args.out, args.jobs, retry_failed=args.retry_failed, gflops=args.gflops)
+    results = run_sweep(spec, args.out, jobs, retry_failed=args.retry_failed, gflops=args.gflops)
     return 0 if all(r.state == "done" for r in results.values()) else 1
