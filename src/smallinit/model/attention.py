@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from smallinit.model.config import ModelConfig
-from smallinit.model.fused import Rope, SplitRope, plain_ops_only
+from smallinit.model.fused import Rope, plain_ops_only, rotate_plain, split_rope
 
 
 class RotaryEmbedding(nn.Module):
@@ -50,10 +50,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     against ``x``; computed as [x₁c − x₂s, x₂c + x₁s] with the first half of each table."""
     h = x.shape[-1] // 2
     c, s = cos[..., :h].to(x.dtype), sin[..., :h].to(x.dtype)
-    if plain_ops_only():
-        x1, x2 = x[..., :h], x[..., h:]
-        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
-    return Rope.apply(x, c, s)
+    return rotate_plain(x, c, s) if plain_ops_only() else Rope.apply(x, c, s)
 
 
 class Attention(nn.Module):
@@ -91,20 +88,9 @@ class Attention(nn.Module):
 
         RoPE is applied once to q and k together, in the (B, T, heads, hd) layout of the fused projection's
         output (``cos``/``sin``: (T, hd) tables); q, k, v are transposed views, as SDPA takes them. In eager mode
-        the split and the rotation are one :class:`~smallinit.model.fused.SplitRope` (one gradient buffer)."""
-        B, T, _ = x.shape
-        qkvg = self.w_qkvg(x)
-        if plain_ops_only():
-            qk_dim = self.q_dim + self.kv_dim
-            qk = qkvg[..., :qk_dim].view(B, T, self.n_heads + self.n_kv_heads, self.head_dim)
-            qk = apply_rope(qk, cos[:, None, :], sin[:, None, :])
-            q, k = qk[:, :, :self.n_heads], qk[:, :, self.n_heads:]
-            v = qkvg[..., qk_dim:qk_dim + self.kv_dim].view(B, T, self.n_kv_heads, self.head_dim)
-            g = qkvg[..., qk_dim + self.kv_dim:]
-        else:
-            h = self.head_dim // 2
-            c, s = cos[:, None, :h].to(qkvg.dtype), sin[:, None, :h].to(qkvg.dtype)
-            q, k, v, g = SplitRope.apply(qkvg, c, s, self.n_heads, self.n_kv_heads, self.head_dim)
+        the split and the rotation are one :class:`~smallinit.model.fused.SplitRope` (one gradient buffer; plain
+        slices under compile/functorch — :func:`~smallinit.model.fused.split_rope`)."""
+        q, k, v, g = split_rope(self.w_qkvg(x), cos, sin, self.n_heads, self.n_kv_heads, self.head_dim)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), g
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,13 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float,
     return out
 
 
+def rotate_plain(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """:func:`rotate` by +θ in plain ops (products and a ``cat``), for compile/functorch to trace."""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
 class Rope(torch.autograd.Function):
     """RoPE as one linear map R_θ with its own backward: dL/dx = R_θᵀ g = R_{−θ} g (saves only the tables)."""
 
@@ -95,6 +102,22 @@ class SplitRope(torch.autograd.Function):
             else:
                 dst.copy_(grad.reshape(dst.shape))
         return dp, None, None, None, None, None
+
+
+def split_rope(p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: int, n_kv_heads: int,
+               head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, k, v, g) of :class:`SplitRope` from the fused projection ``p`` (B, T, D), with the full-width (T, hd)
+    tables of :class:`~smallinit.model.attention.RotaryEmbedding`: SplitRope in eager mode, slices and the
+    rotate-half formula under compile/functorch."""
+    h = head_dim // 2
+    c, s = cos[:, None, :h].to(p.dtype), sin[:, None, :h].to(p.dtype)
+    if not plain_ops_only():
+        return SplitRope.apply(p, c, s, n_heads, n_kv_heads, head_dim)
+    B, T, _ = p.shape
+    q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
+    qk = rotate_plain(p[..., :q_dim + kv_dim].view(B, T, n_heads + n_kv_heads, head_dim), c, s)
+    v = p[..., q_dim + kv_dim:q_dim + 2 * kv_dim].view(B, T, n_kv_heads, head_dim)
+    return qk[:, :, :n_heads], qk[:, :, n_heads:], v, p[..., q_dim + 2 * kv_dim:]
 
 
 # ---- RMSNorm ------------------------------------------------------------------------------------------------------
