@@ -5,13 +5,15 @@ B 16, byte-level vocabulary as the cpu preset trains it — ``--shape d128`` for
   * ``1x2``: one process × two threads (one run at a time),
   * ``vmapK``: K runs ("arms", each its own weights and batches) trained in one process with two threads as one
     batched model: ``torch.func.stack_module_state`` + ``vmap`` over the arms, per-arm gradient clipping and
-    one fused AdamW over the stacked weights (elementwise, so equal to K separate AdamWs).
+    one fused AdamW over the stacked weights (elementwise, so equal to K separate AdamWs),
+  * ``2x1mN``, ``1x2mN``: as ``2x1``/``1x2`` with each step's batch in micro-batches of N sequences, gradients
+    accumulated (``train.micro_batch_size`` = N).
 
 Every layout runs the same number of steps per run after a warm-up; throughput = all tokens trained in the timed
 sections / (last end − first start). ``--check N`` also trains each arm of the batched model and its separate run
 for N steps and prints the largest loss difference.
 
-    python benchmarks/layout_bench.py [--steps 20] [--layouts 2x1,1x2,vmap2,vmap4] [--check 50] [--shape d128b]
+    python benchmarks/layout_bench.py [--steps 20] [--layouts 2x1,1x2,vmap2,vmap4,2x1m4] [--check 50] [--shape d128b]
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
-from bench_common import SHAPES, Transformer, header, make_step, ours_config
+from bench_common import SHAPES, Transformer, header, ours_config
 
 SHAPE = "d128b"
 
@@ -75,7 +76,9 @@ def batched_trainer(K: int, steps_data: list[torch.Tensor]):
     return step
 
 
-def separate_trainer(seed: int, data: torch.Tensor):
+def separate_trainer(seed: int, data: torch.Tensor, micro: int = 0):
+    """One run's training step; ``micro`` > 0: the batch in micro-batches of that many sequences, gradients
+    accumulated (mean of the micro-batch means, as the Trainer's ``train.micro_batch_size`` does)."""
     torch.manual_seed(seed)
     model = Transformer(ours_config(SHAPE, "elementwise"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
@@ -83,18 +86,22 @@ def separate_trainer(seed: int, data: torch.Tensor):
 
     def step():
         xy = data[state["i"]]
-        loss = model(xy[:, :-1], targets=xy[:, 1:])
-        loss.backward()
+        parts = xy.split(micro) if micro else (xy,)
+        loss = 0.0
+        for part in parts:
+            part_loss = model(part[:, :-1], targets=part[:, 1:]) / len(parts)
+            part_loss.backward()
+            loss = loss + part_loss.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         state["i"] += 1
-        return loss.detach()
+        return loss
 
     return step
 
 
-def child(kind: str, threads: int, steps: int, seed: int) -> dict:
+def child(kind: str, threads: int, steps: int, seed: int, micro: int = 0) -> dict:
     torch.set_num_threads(threads)
     warm = 2
     _, _, _, _, T, B, V = SHAPES[SHAPE]
@@ -103,7 +110,7 @@ def child(kind: str, threads: int, steps: int, seed: int) -> dict:
         step = batched_trainer(K, [_data(k, steps + warm) for k in range(K)])
         runs = K
     else:
-        step = separate_trainer(seed, _data(seed, steps + warm))
+        step = separate_trainer(seed, _data(seed, steps + warm), micro)
         runs = 1
     for _ in range(warm):
         step()
@@ -114,10 +121,13 @@ def child(kind: str, threads: int, steps: int, seed: int) -> dict:
 
 
 def run_layout(layout: str, steps: int) -> float:
+    """Machine tokens/s of one layout: ``2x1``, ``1x2`` (``mN`` appended: micro-batches of N sequences), ``vmapK``."""
+    layout, _, micro = layout.partition("m") if not layout.startswith("vmap") else (layout, "", "")
+    mb = ["--micro", micro] if micro else []
     if layout == "2x1":
-        cmds = [(["--child", "single", "--threads", "1", "--seed", str(s)]) for s in (0, 1)]
+        cmds = [(["--child", "single", "--threads", "1", "--seed", str(s), *mb]) for s in (0, 1)]
     elif layout == "1x2":
-        cmds = [["--child", "single", "--threads", "2", "--seed", "0"]]
+        cmds = [["--child", "single", "--threads", "2", "--seed", "0", *mb]]
     else:
         cmds = [["--child", layout, "--threads", "2"]]
     procs = [subprocess.Popen([sys.executable, __file__, *c, "--steps", str(steps), "--shape", SHAPE], stdout=subprocess.PIPE, text=True,
@@ -156,10 +166,11 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--micro", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     SHAPE = args.shape
     if args.child:
-        print("RESULT " + json.dumps(child(args.child, args.threads, args.steps, args.seed)), flush=True)
+        print("RESULT " + json.dumps(child(args.child, args.threads, args.steps, args.seed, args.micro)), flush=True)
         return
     print(header(2), f"shape {SHAPE} {SHAPES[SHAPE]}", flush=True)
     layouts = args.layouts.split(",")

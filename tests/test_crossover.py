@@ -280,6 +280,39 @@ def test_an_interrupted_run_stops_the_batch(monkeypatch, tmp_path):
     assert started == ["a", "b"]
 
 
+def test_a_batch_of_fewer_runs_than_cores_shares_all_the_cores(monkeypatch, tmp_path):
+    """Each run's torch threads = usable cores // the runs a batch trains at once: two trunks on 16 cores get 8 each
+    (before, `reproduce` gave every run cores // jobs = 1 thread and left 14 cores idle), eight branches 2 each;
+    finished runs do not count; a count given or set in the run's config is kept."""
+    from smallinit.experiments import cost
+    from smallinit.experiments.crossover_runs import Job, assign_threads
+
+    monkeypatch.setattr(cost, "usable_cores", lambda: 16)
+
+    def batch(n: int, train: dict | None = None) -> list[Job]:
+        return [Job("trunk", "x", 0, tmp_path / f"r{i}", {"train": dict(train or {})}) for i in range(n)]
+
+    def threads(jobs: list[Job]) -> list[int]:
+        return [j.config["train"]["threads"] for j in jobs]
+
+    for n, workers, want in ((2, 16, 8), (8, 16, 2), (8, 4, 4), (32, 16, 1), (3, 16, 5), (1, 16, 0)):
+        jobs = batch(n)
+        assign_threads(jobs, workers)
+        assert threads(jobs) == [want] * n, (n, workers)
+    for i in range(6):  # six of eight runs finished: the two left share the cores
+        (tmp_path / f"r{i}").mkdir()
+        (tmp_path / f"r{i}" / "summary.json").write_text(json.dumps({"completed": True}))
+    jobs = batch(8)
+    assign_threads(jobs, 16)
+    assert threads(jobs) == [8] * 8
+    jobs = batch(2)
+    assign_threads(jobs, 16, threads=3)
+    assert threads(jobs) == [3, 3]
+    jobs = batch(2, {"threads": 5})
+    assign_threads(jobs, 16)
+    assert threads(jobs) == [5, 5]
+
+
 def test_a_report_with_no_finished_budget_still_renders(tmp_path):
     from smallinit.experiments.crossover_report import crossover_figure, crossover_markdown
 

@@ -81,7 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="length of a tuning run as a fraction of D (default 1/8)")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="runs at a time (default: one per core on the CPU, 1 with CUDA)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads per run (default: the cores shared by the runs trained at once)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
 
 
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
     from smallinit.errors import ConfigError
     from smallinit.experiments.cost import default_jobs, usable_cores
-    from smallinit.experiments.crossover import CrossoverSpec, plan_jobs, run_crossover
+    from smallinit.experiments.crossover import CrossoverSpec, run_crossover
 
     if args.seeds < 1 or (args.jobs is not None and args.jobs < 1) or args.threads < 0:
         raise ConfigError("--seeds and --jobs must be >= 1 and --threads >= 0")
@@ -121,13 +122,12 @@ def run(args: argparse.Namespace) -> int:
                          overrides=list(args.set), seeds=list(range(args.seeds)), fractions=_fractions(args.budgets),
                          cooldown=args.cooldown, lrs=_rates(args.lrs), tune_fraction=args.tune_fraction)
     spec.validate()
-    # the widest stage: arms × seeds trunks (× rates while tuning)
-    jobs = args.jobs or default_jobs(len(arms) * args.seeds * max(1, len(spec.lrs or ())))
-    threads = args.threads or max(1, usable_cores() // jobs)
-    if args.dry_run:
-        print_plan(spec, Path(args.out), threads, jobs)
+    if args.dry_run:  # estimated at the widest stage: arms × seeds trunks (× rates while tuning)
+        jobs = args.jobs or default_jobs(len(arms) * args.seeds * max(1, len(spec.lrs or ())))
+        print_plan(spec, Path(args.out), args.threads or max(1, usable_cores() // jobs), jobs)
         return 0
-    result = run_crossover(spec, args.out, workers=jobs, threads=threads)
+    # each batch (tuning runs, trunks, branches) runs up to --jobs at a time, the cores shared among them
+    result = run_crossover(spec, args.out, workers=args.jobs or default_jobs(), threads=args.threads)
     for arm, a in result["analyses"].items():
         print(f"{arm} vs {spec.baseline}: {a['answer']}\n  verdict: {a['verdict']} — {a['reason']}")
     print(f"report: {Path(args.out) / 'crossover.md'}")

@@ -238,7 +238,7 @@ def tune_learning_rates(spec: CrossoverSpec, out: Path, workers: int, threads: i
     todo = {arm: sorted(spec.lrs) for arm in spec.arms}
     while todo:
         jobs = [tune_job(spec, out, arm, lr, threads) for arm, rates in todo.items() for lr in rates]
-        done = execute(jobs, workers, log)
+        done = execute(jobs, workers, log, threads)
         failed = [p for p, r in done.items() if r[0] == "failed"]
         if failed:
             raise RunDirError(f"tuning run {failed[0].relative_to(out)} failed: {done[failed[0]][1]} (rerun to retry)")
@@ -310,7 +310,9 @@ def _check_reuse(trunks: list[Job], branches: list[Job]) -> None:
 
 def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int = 1, threads: int = 0,
                   log: Callable[[str], None] | None = None, n_boot: int = 300) -> dict[str, Any]:
-    """Plan, train (trunks, then branches), analyse and write the report; returns the crossover.json content."""
+    """Plan, train (tuning runs, trunks, then branches; ``workers`` processes at a time, each with ``threads`` torch
+    threads — 0: the cores shared by the runs of each batch, see ``crossover_runs.batch_threads``), analyse and write
+    the report; returns the crossover.json content."""
     from smallinit.train.loop import RunLock
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -329,9 +331,9 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
             log("[crossover] learning rates: " + ", ".join(f"{a} {lr:.3g}" for a, lr in chosen.items()))
             trunks, branches, budgets = plan_jobs(spec, out, threads, lrs=chosen)
             _check_reuse(trunks, branches)
-        done_trunks = execute(trunks, workers, log)
+        done_trunks = execute(trunks, workers, log, threads)
         ok = {(j.arm, j.seed) for j in trunks if done_trunks[j.run_dir][0] in ("done", "skipped")}
-        done_branches = execute([b for b in branches if (b.arm, b.seed) in ok], workers, log)
+        done_branches = execute([b for b in branches if (b.arm, b.seed) in ok], workers, log, threads)
         result = analyse(spec, out, budgets, n_boot=n_boot)
         write_report(result, out)
     failed = [f"{p.relative_to(out)}: {r[1]}" for p, r in {**done_trunks, **done_branches}.items() if r[0] == "failed"]

@@ -106,8 +106,34 @@ def run_job(job: Job) -> tuple[str, str | None]:
         log.close()
 
 
-def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[Path, tuple[str, str | None]]:
+def batch_threads(jobs: list[Job], workers: int) -> int:
+    """torch threads per run for a batch of ``jobs`` trained ``workers`` at a time: usable cores // min(workers, runs
+    not yet done), at least 1 (0 = PyTorch's default, all cores, when one run has the machine)."""
+    from smallinit.experiments.cost import default_threads
+
+    todo = sum(run_state(j.run_dir) != "done" for j in jobs)
+    return default_threads(max(1, min(workers, todo)))
+
+
+def assign_threads(jobs: list[Job], workers: int, threads: int = 0) -> None:
+    """Set ``train.threads`` of every job: ``threads`` when given, else the job's own (a ``--set train.threads=N``),
+    else :func:`batch_threads`. ``train.threads`` is not part of a run's identity
+    (:data:`smallinit.rundir.IGNORED_IN_COMPARISON`): a resumed run may get another count."""
+    per_run = threads or batch_threads(jobs, workers)
+    for j in jobs:
+        train = j.config.setdefault("train", {})
+        if threads or not train.get("threads"):
+            train["threads"] = per_run
+
+
+def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: int = 0
+            ) -> dict[Path, tuple[str, str | None]]:
     """Run ``jobs`` (``workers`` processes at a time; 1 = in this process) and return {run_dir: (state, error)}.
+
+    Every job trains with ``threads`` torch threads when given (or its config's own ``train.threads``); else with
+    :func:`batch_threads`, the cores shared by the runs this batch trains at once — a batch of fewer runs than cores
+    (two trunks on 16 cores, the one extra tuning run of an arm whose best rate was at the grid's edge) still uses
+    every core (:func:`assign_threads`).
 
     An interruption stops the whole batch, as in :class:`~smallinit.experiments.runner.JobRunner`: Ctrl-C (SIGINT to
     the process group) or SIGINT/SIGTERM to one worker makes its run checkpoint and report "interrupted"; the jobs
@@ -116,6 +142,7 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[P
     from smallinit.errors import Interrupted
 
     results: dict[Path, tuple[str, str | None]] = {}
+    assign_threads(jobs, workers, threads)
 
     def report(j: Job, r: tuple[str, str | None]) -> None:
         results[j.run_dir] = r
@@ -135,7 +162,7 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[P
     from smallinit.experiments.runner import signal_when_parent_dies
 
     # a worker whose parent dies gets SIGTERM: its run checkpoints and stops instead of training on as an orphan
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+    pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=multiprocessing.get_context("spawn"),
                                initializer=signal_when_parent_dies if sys.platform.startswith("linux") else None,
                                initargs=(signal.SIGTERM,))
     try:
@@ -154,4 +181,4 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None]) -> dict[P
     return results
 
 
-__all__ = ["Job", "execute", "make_branch", "run_job", "run_state"]
+__all__ = ["Job", "assign_threads", "batch_threads", "execute", "make_branch", "run_job", "run_state"]

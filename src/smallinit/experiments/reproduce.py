@@ -190,14 +190,13 @@ class Reproduction:
             from smallinit.experiments.crossover import run_crossover
 
             self.log(f"[reproduce] crossover: {len(xs.arms)} arms × {len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens")
-            run_crossover(xs, self.out / "crossover", workers=self.jobs, threads=default_threads(self.jobs),
-                          log=self.log)
+            run_crossover(xs, self.out / "crossover", workers=self.jobs, log=self.log)
             for xp in self.p.extra_crossovers:
                 from smallinit.experiments.crossover_plan import crossover_folder, spec_from_preset
 
                 self.log(f"[reproduce] {crossover_folder(xp)} (claim {xp.claim})")
                 run_crossover(spec_from_preset(self.p, corpus, xp), self.out / crossover_folder(xp), workers=self.jobs,
-                              threads=default_threads(self.jobs), log=self.log)
+                              log=self.log)
             self.timings["crossover"] = time.time() - t1
         self.log(f"[reproduce] phase 1/2: {len(plan.phase1)} runs")
         JobRunner(plan.phase1, self.jobs, inprocess=self.inprocess, retry_failed=self.retry_failed, log=self.log,
@@ -205,6 +204,8 @@ class Reproduction:
                   later_seconds=plan.phase2_seconds).run()
         chosen, lr_tables = self._choose_lrs(plan)
         phase2 = phase2_jobs(plan, self.out, chosen, corpus, self.jobs)
+        if 0 < len(phase2) < self.jobs:  # fewer runs than job slots: they share all the cores
+            phase2 = phase2_jobs(plan, self.out, chosen, corpus, len(phase2))
         if phase2:
             self.log(f"[reproduce] phase 2/2: {len(phase2)} runs (extra seeds at the chosen learning rates)")
             JobRunner(phase2, self.jobs, inprocess=self.inprocess, retry_failed=self.retry_failed, log=self.log,
