@@ -135,6 +135,25 @@ def test_demo_plan_covers_its_claims_with_three_models_and_a_crossover():
     assert get_preset("demo", seeds=3).n_seeds(1) == 3
 
 
+def test_fewer_runs_than_jobs_share_the_cores(monkeypatch, tmp_path):
+    """On a 64-core machine the demo's five phase-1 runs get 64 // 5 = 12 torch threads each (before: 1 each and 59
+    cores idle); with as many jobs as cores and more runs than jobs, one thread each."""
+    from smallinit.experiments import cost
+    from smallinit.experiments.reproduce import Reproduction
+
+    monkeypatch.setattr(cost, "usable_cores", lambda: 64)
+
+    def threads(plan) -> list[int]:
+        return [j.config.train.threads if hasattr(j.config, "train") else j.config.threads for j in plan.phase1]
+
+    plan = Reproduction(get_preset("demo"), tmp_path / "out", jobs=64, gflops=10.0).plan(tmp_path / "data")
+    assert threads(plan) == [12] * 5
+    monkeypatch.setattr(cost, "usable_cores", lambda: 2)
+    plan = Reproduction(get_preset("demo"), tmp_path / "out", jobs=2, gflops=10.0).plan(tmp_path / "data")
+    assert threads(plan) == [1] * 5
+    assert not (tmp_path / "out").exists()
+
+
 def test_claim_1_from_a_crossover_and_claim_7_on_its_largest_budget(tmp_path, token_dir):
     """A preset with a crossover: claim 1's verdict is the crossover's loss-claim verdict (never a final-loss
     comparison), claim 7 scores the largest-budget branches with a second baseline seed as the reference, and a

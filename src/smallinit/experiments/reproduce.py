@@ -84,7 +84,11 @@ class Reproduction:
             self.anchor_gflops = measure_anchor_gflops(cfg, default_threads(self.jobs))
 
     def plan(self, corpus: Path) -> Plan:
-        return make_plan(self.p, self.out, corpus, self.gflops, self.anchor_gflops, self.jobs)
+        """Phase 1's runs, each with cores // min(jobs, runs) torch threads (fewer runs than jobs share the cores)."""
+        plan = make_plan(self.p, self.out, corpus, self.gflops, self.anchor_gflops, self.jobs)
+        if 0 < len(plan.phase1) < self.jobs:
+            plan = make_plan(self.p, self.out, corpus, self.gflops, self.anchor_gflops, len(plan.phase1))
+        return plan
 
     def describe_plan(self, plan: Plan) -> str:
         text = describe_plan(plan, self.jobs)
