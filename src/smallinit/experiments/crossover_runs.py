@@ -162,7 +162,8 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
     from smallinit.experiments.runner import signal_when_parent_dies
 
     # a worker whose parent dies gets SIGTERM: its run checkpoints and stops instead of training on as an orphan
-    pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))), mp_context=multiprocessing.get_context("spawn"),
+    pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))),
+                               mp_context=multiprocessing.get_context("spawn"),
                                initializer=signal_when_parent_dies if sys.platform.startswith("linux") else None,
                                initargs=(signal.SIGTERM,))
     try:
