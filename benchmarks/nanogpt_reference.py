@@ -11,14 +11,25 @@ process's best fp32 square matmul at the same thread count. Both clocks are repo
 process's CPU time (the steadier measure of work on a contended machine, for one thread; with two threads CPU
 time also counts the threads' spin-waits).
 
+``--isolated``: every model alone in a fresh process per round (the models still take turns, round-robin, and each
+process times ``--steps`` steps after a 2-step warm-up), as a training run has its process to itself. Timed in one
+process, models with different allocation patterns share glibc's heap (a model with 134 MB logits beside one with
+32 MB chunks), which moved a same-process A/B by up to 10% in the fifth pass of RESULTS.md.
+
     python benchmarks/nanogpt_reference.py [--shapes d384,d128,d128b] [--threads 1,2] [--rounds 7] [--json OUT]
         [--logits-loss] (ours through full logits + cross_entropy)  [--compile]   (also time torch.compile'd models; compile time excluded, warm-up 3 steps)
+        [--isolated [--steps 4]]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
+import sys
+import time
 
 import torch
 
@@ -30,24 +41,64 @@ def ours_loss(fwd, x, y):
     return fwd(x, targets=y)
 
 
-def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool = False) -> list[dict]:
+MODELS = ("nanoGPT", "smallinit gate=none", "smallinit gate=elementwise")
+
+
+def build(name: str, shape: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return nanogpt(shape) if name == "nanoGPT" else Transformer(ours_config(shape, name.split("=")[1]))
+
+
+def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool) -> dict:
+    """One model alone in this process: median wall and CPU seconds per step over ``steps`` after 2 warm-up steps."""
+    torch.set_num_threads(threads)
+    _, _, _, _, T, B, V = SHAPES[shape]
+    model = build(name, shape)
+    step = make_step(model, V, T, B, loss_fn=None if name == "nanoGPT" or logits_loss else ours_loss)
+    for _ in range(2):
+        step()
+    wall, cpu = [], []
+    for _ in range(steps):
+        t, c = time.perf_counter(), time.process_time()
+        step()
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return {"wall": statistics.median(wall), "cpu": statistics.median(cpu)}
+
+
+def time_isolated(shape: str, threads: int, rounds: int, steps: int, logits_loss: bool) -> dict[str, dict[str, float]]:
+    """Median over rounds of each model's per-process median step time; each round runs every model in turn, each
+    in a fresh process."""
+    per: dict[str, list[dict]] = {k: [] for k in MODELS}
+    for _ in range(rounds):
+        for k in MODELS:
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", k, "--shapes", shape, "--threads",
+                   str(threads), "--steps", str(steps)] + ["--logits-loss"] * logits_loss
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                 cwd=os.path.dirname(os.path.abspath(__file__))).stdout
+            per[k].append(json.loads(next(ln[7:] for ln in out.splitlines() if ln.startswith("RESULT "))))
+    return {k: {c: statistics.median(r[c] for r in v) for c in ("wall", "cpu")} for k, v in per.items()}
+
+
+def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool = False,
+        isolated_steps: int = 0) -> list[dict]:
     torch.set_num_threads(threads)
     d, L, H, ff, T, B, V = SHAPES[shape]
-    torch.manual_seed(0)
-    models = {"nanoGPT": nanogpt(shape)}
-    for gate in ("none", "elementwise"):
-        models[f"smallinit gate={gate}"] = Transformer(ours_config(shape, gate))
-    fpt = {"nanoGPT": models["nanoGPT"].flops_per_token(T)}
-    fpt.update({k: m.flops_per_token(T) for k, m in models.items() if k != "nanoGPT"})
+    models = {k: build(k, shape) for k in MODELS}
+    fpt = {k: m.flops_per_token(T) for k, m in models.items()}
     steps = {}
-    for k, m in models.items():
-        lf = None if k == "nanoGPT" or logits_loss else ours_loss
-        steps[k] = make_step(m, V, T, B, loss_fn=lf)
-        if compile_:
-            steps[k + " compiled"] = make_step(m, V, T, B, forward=torch.compile(m), loss_fn=lf)
-            fpt[k + " compiled"] = fpt[k]
+    if not isolated_steps:
+        for k, m in models.items():
+            lf = None if k == "nanoGPT" or logits_loss else ours_loss
+            steps[k] = make_step(m, V, T, B, loss_fn=lf)
+            if compile_:
+                steps[k + " compiled"] = make_step(m, V, T, B, forward=torch.compile(m), loss_fn=lf)
+                fpt[k + " compiled"] = fpt[k]
     peak = matmul_peak()
-    secs = time_alternating(steps, rounds, warmup=3 if compile_ else 2)
+    if isolated_steps:
+        secs = time_isolated(shape, threads, rounds, isolated_steps, logits_loss)
+    else:
+        secs = time_alternating(steps, rounds, warmup=3 if compile_ else 2)
     rows = []
     modes = [""] + [" compiled"] * compile_
     for k, s in secs.items():
@@ -72,15 +123,25 @@ def main() -> None:
     ap.add_argument("--logits-loss", action="store_true",
                     help="ours through full logits + F.cross_entropy (the path before the chunked loss)")
     ap.add_argument("--json")
+    ap.add_argument("--isolated", action="store_true", help="each model alone in a fresh process per round")
+    ap.add_argument("--steps", type=int, default=4, help="timed steps per process with --isolated")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(child(args.shapes, args.child, int(args.threads), args.steps, args.logits_loss)),
+              flush=True)
+        return
+    if args.isolated and args.compile:
+        ap.error("--isolated times eager models only")
     all_rows = []
     for t in [int(x) for x in args.threads.split(",")]:
         torch.set_num_threads(t)
         print(header(t), flush=True)
         for shape in args.shapes.split(","):
-            rows = run(shape, t, args.rounds, args.compile, args.logits_loss)
+            rows = run(shape, t, args.rounds, args.compile, args.logits_loss, args.steps if args.isolated else 0)
             all_rows += rows
-            print(f"\n{shape} ({SHAPES[shape]}), {t} thread(s), fp32 matmul peak in this run "
+            print(f"\n{shape} ({SHAPES[shape]}), {t} thread(s), "
+                  f"{'each model alone in its process, ' if args.isolated else ''}fp32 matmul peak in this run "
                   f"{rows[0]['peak_gflops']:.1f} GFLOP/s, flags {cpu_flags()}")
             print("| model | tokens/s | GFLOP/s | MFU | × nanoGPT (wall) | tokens per CPU-s | × nanoGPT (CPU time) |\n"
                   "|---|---|---|---|---|---|---|")
