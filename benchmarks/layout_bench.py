@@ -14,6 +14,7 @@ sections / (last end − first start). ``--check N`` also trains each arm of the
 for N steps and prints the largest loss difference.
 
     python benchmarks/layout_bench.py [--steps 20] [--layouts 2x1,1x2,vmap2,vmap4,2x1m4] [--check 50] [--shape d128b]
+        [--keep-freed-memory]
 """
 
 from __future__ import annotations
@@ -101,8 +102,12 @@ def separate_trainer(seed: int, data: torch.Tensor, micro: int = 0):
     return step
 
 
-def child(kind: str, threads: int, steps: int, seed: int, micro: int = 0) -> dict:
+def child(kind: str, threads: int, steps: int, seed: int, micro: int = 0, keep_freed: bool = False) -> dict:
     torch.set_num_threads(threads)
+    if keep_freed:
+        from smallinit.train.host import keep_freed_memory
+
+        keep_freed_memory()
     warm = 2
     _, _, _, _, T, B, V = SHAPES[SHAPE]
     if kind.startswith("vmap"):
@@ -120,7 +125,7 @@ def child(kind: str, threads: int, steps: int, seed: int, micro: int = 0) -> dic
     return {"start": t0, "end": time.time(), "tokens": runs * steps * B * T}
 
 
-def run_layout(layout: str, steps: int) -> float:
+def run_layout(layout: str, steps: int, keep_freed: bool = False) -> float:
     """Machine tokens/s of one layout: ``2x1``, ``1x2`` (``mN`` appended: micro-batches of N sequences), ``vmapK``."""
     layout, _, micro = layout.partition("m") if not layout.startswith("vmap") else (layout, "", "")
     mb = ["--micro", micro] if micro else []
@@ -130,7 +135,8 @@ def run_layout(layout: str, steps: int) -> float:
         cmds = [["--child", "single", "--threads", "2", "--seed", "0", *mb]]
     else:
         cmds = [["--child", layout, "--threads", "2"]]
-    procs = [subprocess.Popen([sys.executable, __file__, *c, "--steps", str(steps), "--shape", SHAPE], stdout=subprocess.PIPE, text=True,
+    procs = [subprocess.Popen([sys.executable, __file__, *c, "--steps", str(steps), "--shape", SHAPE]
+                              + ["--keep-freed-memory"] * keep_freed, stdout=subprocess.PIPE, text=True,
                               cwd=os.path.dirname(os.path.abspath(__file__))) for c in cmds]
     res = []
     for p in procs:
@@ -167,17 +173,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--micro", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--keep-freed-memory", action="store_true",
+                    help="glibc keeps freed blocks for reuse, as the Trainer sets it (smallinit.train.host)")
     args = ap.parse_args()
     SHAPE = args.shape
     if args.child:
-        print("RESULT " + json.dumps(child(args.child, args.threads, args.steps, args.seed, args.micro)), flush=True)
+        print("RESULT " + json.dumps(child(args.child, args.threads, args.steps, args.seed, args.micro,
+                                           args.keep_freed_memory)), flush=True)
         return
     print(header(2), f"shape {SHAPE} {SHAPES[SHAPE]}", flush=True)
     layouts = args.layouts.split(",")
     best: dict[str, list[float]] = {k: [] for k in layouts}
     for rep in range(args.repeats):
         for lay in layouts:
-            tps = run_layout(lay, args.steps)
+            tps = run_layout(lay, args.steps, args.keep_freed_memory)
             best[lay].append(tps)
             print(f"repeat {rep}: {lay:6s} {tps:8.0f} tokens/s (machine total)", flush=True)
     print("\n| layout | machine tokens/s (best of repeats) | all repeats |\n|---|---|---|")

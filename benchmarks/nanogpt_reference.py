@@ -18,7 +18,7 @@ process, models with different allocation patterns share glibc's heap (a model w
 
     python benchmarks/nanogpt_reference.py [--shapes d384,d128,d128b] [--threads 1,2] [--rounds 7] [--json OUT]
         [--logits-loss] (ours through full logits + cross_entropy)  [--compile]   (also time torch.compile'd models; compile time excluded, warm-up 3 steps)
-        [--isolated [--steps 4]]
+        [--isolated [--steps 4] [--keep-freed-memory]]
 """
 
 from __future__ import annotations
@@ -49,9 +49,13 @@ def build(name: str, shape: str) -> torch.nn.Module:
     return nanogpt(shape) if name == "nanoGPT" else Transformer(ours_config(shape, name.split("=")[1]))
 
 
-def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool) -> dict:
+def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, keep_freed: bool = False) -> dict:
     """One model alone in this process: median wall and CPU seconds per step over ``steps`` after 2 warm-up steps."""
     torch.set_num_threads(threads)
+    if keep_freed:
+        from smallinit.train.host import keep_freed_memory
+
+        keep_freed_memory()
     _, _, _, _, T, B, V = SHAPES[shape]
     model = build(name, shape)
     step = make_step(model, V, T, B, loss_fn=None if name == "nanoGPT" or logits_loss else ours_loss)
@@ -66,14 +70,16 @@ def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool) ->
     return {"wall": statistics.median(wall), "cpu": statistics.median(cpu)}
 
 
-def time_isolated(shape: str, threads: int, rounds: int, steps: int, logits_loss: bool) -> dict[str, dict[str, float]]:
+def time_isolated(shape: str, threads: int, rounds: int, steps: int, logits_loss: bool,
+                  keep_freed: bool = False) -> dict[str, dict[str, float]]:
     """Median over rounds of each model's per-process median step time; each round runs every model in turn, each
     in a fresh process."""
     per: dict[str, list[dict]] = {k: [] for k in MODELS}
     for _ in range(rounds):
         for k in MODELS:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", k, "--shapes", shape, "--threads",
-                   str(threads), "--steps", str(steps)] + ["--logits-loss"] * logits_loss
+                   str(threads), "--steps", str(steps)] + ["--logits-loss"] * logits_loss \
+                + ["--keep-freed-memory"] * keep_freed
             out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                                  cwd=os.path.dirname(os.path.abspath(__file__))).stdout
             per[k].append(json.loads(next(ln[7:] for ln in out.splitlines() if ln.startswith("RESULT "))))
@@ -81,7 +87,7 @@ def time_isolated(shape: str, threads: int, rounds: int, steps: int, logits_loss
 
 
 def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool = False,
-        isolated_steps: int = 0) -> list[dict]:
+        isolated_steps: int = 0, keep_freed: bool = False) -> list[dict]:
     torch.set_num_threads(threads)
     d, L, H, ff, T, B, V = SHAPES[shape]
     models = {k: build(k, shape) for k in MODELS}
@@ -96,7 +102,7 @@ def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool
                 fpt[k + " compiled"] = fpt[k]
     peak = matmul_peak()
     if isolated_steps:
-        secs = time_isolated(shape, threads, rounds, isolated_steps, logits_loss)
+        secs = time_isolated(shape, threads, rounds, isolated_steps, logits_loss, keep_freed)
     else:
         secs = time_alternating(steps, rounds, warmup=3 if compile_ else 2)
     rows = []
@@ -125,20 +131,25 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--isolated", action="store_true", help="each model alone in a fresh process per round")
     ap.add_argument("--steps", type=int, default=4, help="timed steps per process with --isolated")
+    ap.add_argument("--keep-freed-memory", action="store_true",
+                    help="with --isolated: every model's process keeps freed blocks for reuse, as the Trainer does")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print("RESULT " + json.dumps(child(args.shapes, args.child, int(args.threads), args.steps, args.logits_loss)),
-              flush=True)
+        print("RESULT " + json.dumps(child(args.shapes, args.child, int(args.threads), args.steps, args.logits_loss,
+                                           args.keep_freed_memory)), flush=True)
         return
     if args.isolated and args.compile:
         ap.error("--isolated times eager models only")
+    if args.keep_freed_memory and not args.isolated:
+        ap.error("--keep-freed-memory needs --isolated (a process setting: every model gets its own process)")
     all_rows = []
     for t in [int(x) for x in args.threads.split(",")]:
         torch.set_num_threads(t)
         print(header(t), flush=True)
         for shape in args.shapes.split(","):
-            rows = run(shape, t, args.rounds, args.compile, args.logits_loss, args.steps if args.isolated else 0)
+            rows = run(shape, t, args.rounds, args.compile, args.logits_loss, args.steps if args.isolated else 0,
+                       args.keep_freed_memory)
             all_rows += rows
             print(f"\n{shape} ({SHAPES[shape]}), {t} thread(s), "
                   f"{'each model alone in its process, ' if args.isolated else ''}fp32 matmul peak in this run "

@@ -173,6 +173,21 @@ def test_linear_cross_entropy_equals_full_logits(chunk, ignore):
         assert linear_cross_entropy(h, w, t, chunk=chunk).item() == pytest.approx(ref.item(), rel=1e-12)
 
 
+def test_cpu_chunks_keep_their_logits_within_16_mib():
+    """glibc maps a block above its mmap threshold (at most 32 MiB) afresh on every use: a CPU chunk's float32 logits
+    stay ≤ 16 MiB (V 8192 → 512 rows, not the 1024 × 8192 × 4 B = 32 MiB of before); CUDA keeps 1024 rows."""
+    from smallinit.model.loss import CPU_CHUNK_BYTES, default_chunk
+
+    for vocab, rows in ((257, 1024), (4096, 1024), (8192, 512), (32000, 128), (50304, 64), (10**7, 16)):
+        assert default_chunk(vocab, "cpu") == rows, vocab
+        assert rows * vocab * 4 <= CPU_CHUNK_BYTES or rows == 16
+    assert default_chunk(8192, "cuda") == 1024
+    torch.manual_seed(0)  # the default chunking gives the one-chunk value
+    h, w = torch.randn(600, 4, dtype=torch.float64), torch.randn(8192, 4, dtype=torch.float64)
+    t = torch.randint(0, 8192, (600,))
+    assert linear_cross_entropy(h, w, t).item() == pytest.approx(linear_cross_entropy(h, w, t, chunk=600).item(), rel=1e-12)
+
+
 def test_linear_cross_entropy_rejects_mismatched_targets():
     with pytest.raises(ValueError, match="targets"):
         linear_cross_entropy(torch.randn(4, 3), torch.randn(5, 3), torch.zeros(3, dtype=torch.long))

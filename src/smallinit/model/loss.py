@@ -21,7 +21,24 @@ from __future__ import annotations
 import torch
 
 DEFAULT_CHUNK = 1024
-"""Rows per chunk (benchmarks/nanogpt_reference.py: 512–2048 all within noise at V 8192 on CPU)."""
+"""Rows per chunk (on the CPU at most :data:`CPU_CHUNK_BYTES` of logits, :func:`default_chunk`)."""
+
+CPU_CHUNK_BYTES = 16 * 2**20
+"""On the CPU a chunk's float32 logits stay within 16 MiB. glibc serves a block above its dynamic mmap threshold
+(which rises with freed blocks, to at most 32 MiB) with a fresh ``mmap``, page-faulted in on every use: 1024 rows ×
+V 8192 × 4 bytes is exactly 32 MiB, and 512-row chunks halved a step's minor page faults and cut its time by 3% at
+d 128 × 4 and 1% at d 384 × 6 (V 8192, one thread; benchmarks/RESULTS.md, fifth pass)."""
+
+
+def default_chunk(vocab: int, device: torch.device | str = "cpu") -> int:
+    """Rows per chunk: :data:`DEFAULT_CHUNK`; on the CPU the largest power of two ≤ it whose float32 logits
+    (rows · V · 4 bytes) fit :data:`CPU_CHUNK_BYTES`, at least 16 (V 8192 → 512, V 257 → 1024, V 50,304 → 64)."""
+    if torch.device(device).type != "cpu":
+        return DEFAULT_CHUNK
+    rows = DEFAULT_CHUNK
+    while rows > 16 and rows * vocab * 4 > CPU_CHUNK_BYTES:
+        rows //= 2
+    return rows
 
 
 def _compute_dtype(h: torch.Tensor) -> torch.dtype:
@@ -79,11 +96,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_h * g.to(grad_h.dtype), grad_w * g.to(grad_w.dtype), None, None, None, None
 
 
-def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int = DEFAULT_CHUNK,
+def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int | None = None,
                          ignore_index: int = -100) -> torch.Tensor:
     """Mean cross-entropy of the logits h Wᵀ against ``targets`` without materializing all logits (module
-    docstring). ``h`` (..., d), ``weight`` (V, d), ``targets`` (...) int64; returns a 0-dim float32 tensor
-    (float64 for float64 inputs)."""
+    docstring). ``h`` (..., d), ``weight`` (V, d), ``targets`` (...) int64; ``chunk`` rows at a time (None:
+    :func:`default_chunk`); returns a 0-dim float32 tensor (float64 for float64 inputs)."""
+    if chunk is None:
+        chunk = default_chunk(weight.shape[0], h.device)
     h2 = h.reshape(-1, h.shape[-1])
     t = targets.reshape(-1)
     if t.shape[0] != h2.shape[0]:

@@ -31,12 +31,10 @@ Callbacks are duck-typed objects with any of ``on_train_start(trainer)``,
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import json
 import math
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -56,6 +54,7 @@ from smallinit.model.moe import update_expert_bias
 from smallinit.train import distributed as dist_utils
 from smallinit.train.compile import compile_module, resolve_compile
 from smallinit.train.config import RunConfig, config_from_dict, save_config
+from smallinit.train.host import keep_freed_memory
 from smallinit.train.schedule import lr_at
 from smallinit.device import resolve_device as _resolve_device
 
@@ -219,6 +218,8 @@ class Trainer:
         if c.train.threads:
             torch.set_num_threads(c.train.threads)
         self.device = resolve_device(c.train.device)
+        if self.device.type == "cpu":
+            keep_freed_memory()  # each step reuses its buffers instead of page-faulting them in (train/host.py)
         self.dist = dist_utils.setup(c.train.parallel, self.device)
         W = self.dist.world_size
         mb = c.train.micro_batch_size or c.train.batch_size // W
