@@ -16,9 +16,10 @@ from smallinit.train.host import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "on" else False
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(2):  # a step's buffer, allocated, written and freed twice
-    before = faults()
-    x = torch.ones(16 * 2**20)  # 64 MiB, every page written
+for step in range(6):  # a step's buffer, allocated, written and freed six times; the last four counted
+    if step == 2:
+        before = faults()
+    x = torch.ones(16 * 2**20)  # 64 MiB = 16,384 pages, every page written
     del x
 print(applied, faults() - before)
 """
@@ -33,9 +34,11 @@ def test_a_freed_step_buffer_is_reused_instead_of_faulted_in_again():
                              env=env).stdout.split()
         return out[0] == "True", int(out[1])
 
+    # the heap settles within a step or two (a block freed below a small allocation is reused once the next one
+    # fits it): at most one of the four counted buffers is new memory
     applied, faults = run("on")
-    assert applied and faults < 2000          # 64 MiB = 16,384 pages: the second buffer reused the first's memory
+    assert applied and faults < 20_000
     applied, faults = run("off")
-    assert not applied and faults > 12000     # glibc's default: a fresh mmap, every page faulted in again
+    assert not applied and faults > 60_000    # glibc's default: a fresh mmap each time, every page faulted in again
     applied, faults = run("on", {"SMALLINIT_MALLOC": "default"})
-    assert not applied and faults > 12000     # the opt-out
+    assert not applied and faults > 60_000    # the opt-out
