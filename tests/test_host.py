@@ -42,3 +42,12 @@ def test_a_freed_step_buffer_is_reused_instead_of_faulted_in_again():
     assert not applied and faults > 60_000    # glibc's default: a fresh mmap each time, every page faulted in again
     applied, faults = run("on", {"SMALLINIT_MALLOC": "default"})
     assert not applied and faults > 60_000    # the opt-out
+
+
+def test_an_unknown_malloc_mode_is_one_clear_error(monkeypatch):
+    from smallinit.errors import ConfigError
+    from smallinit.train.host import keep_freed_memory
+
+    monkeypatch.setenv("SMALLINIT_MALLOC", "off")
+    with pytest.raises(ConfigError, match="SMALLINIT_MALLOC='off': use 'keep'"):
+        keep_freed_memory()

@@ -27,14 +27,19 @@ _applied: bool | None = None
 
 def keep_freed_memory() -> bool:
     """``mallopt(M_MMAP_THRESHOLD, 256 MiB)`` and ``mallopt(M_TRIM_THRESHOLD, 1 GiB)`` once per process, on Linux
-    with glibc (elsewhere, or with ``SMALLINIT_MALLOC=default`` in the environment, nothing). Returns whether the
-    settings are in effect. The cost: the process keeps its peak heap between steps (which the next step needs
-    again) instead of returning it to the OS."""
+    with glibc (elsewhere, or with ``SMALLINIT_MALLOC=default`` in the environment, nothing; ``keep`` or unset: on).
+    Returns whether the settings are in effect. The cost: the process keeps its peak heap between steps (which the
+    next step needs again) instead of returning it to the OS."""
     global _applied
+    mode = os.environ.get("SMALLINIT_MALLOC", "keep")
+    if mode not in ("keep", "default"):
+        from smallinit.errors import ConfigError
+
+        raise ConfigError(f"SMALLINIT_MALLOC={mode!r}: use 'keep' (reuse freed memory, the default) or 'default' "
+                          "(glibc's own thresholds)")
     if _applied is None:
         _applied = False
-        if (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
-                and os.environ.get("SMALLINIT_MALLOC", "") != "default"):
+        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc" and mode == "keep":
             try:
                 libc = ctypes.CDLL("libc.so.6")
                 _applied = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
