@@ -140,9 +140,9 @@ def print_plan(spec, out, threads: int, jobs: int) -> None:
     from smallinit.experiments.crossover import plan_jobs
     from smallinit.experiments.crossover_plan import training_seconds
 
-    trunks, branches, budgets = plan_jobs(spec, out, threads)
+    trunks, branches, budgets = plan_jobs(spec, out)
     gflops = measure_gflops(trunks[0].config, threads=threads)
-    total, lines = training_seconds(spec, gflops, threads)
+    total, lines = training_seconds(spec, gflops)
     tuning = (f"{len(spec.arms) * len(spec.lrs)} tuning runs (up to {len(spec.arms) * spec.tune_extend} more if an "
               "edge rate wins) + " if spec.lrs else "")
     print(f"{tuning}{len(trunks)} trunks + {len(branches)} branches; budgets "

@@ -150,10 +150,10 @@ def _branch_config(cfg: RunConfig, b: Budget, cooldown: float) -> RunConfig:
     return c
 
 
-def plan_jobs(spec: CrossoverSpec, out: Path, threads: int = 0, lrs: dict[str, float] | None = None
+def plan_jobs(spec: CrossoverSpec, out: Path, lrs: dict[str, float] | None = None
               ) -> tuple[list[Job], list[Job], list[Budget]]:
-    """(trunks, branches, budgets) for every arm × seed. ``threads`` sets train.threads of every job (0 = keep);
-    ``lrs`` (arm → rate, from :func:`tune_learning_rates`) replaces the arms' ``optim.lr``."""
+    """(trunks, branches, budgets) for every arm × seed. ``lrs`` (arm → rate, from :func:`tune_learning_rates`)
+    replaces the arms' ``optim.lr``. Each run's torch threads are set when it is trained (``crossover_runs.execute``)."""
     trunks, branches = [], []
     budgets: list[Budget] | None = None
     for arm in spec.arms:
@@ -161,8 +161,6 @@ def plan_jobs(spec: CrossoverSpec, out: Path, threads: int = 0, lrs: dict[str, f
             cfg = arm_config(spec, arm, seed)
             if lrs and arm in lrs:
                 cfg.optim.lr = lrs[arm]
-            if threads:
-                cfg.train.threads = threads
             b = plan_budgets(spec, cfg)
             if budgets is not None and [x.tokens for x in b] != [x.tokens for x in budgets]:
                 raise ConfigError(f"arm {arm!r} has another batch or sequence length than the others: "
@@ -183,13 +181,11 @@ def _lr_name(lr: float) -> str:
     return f"lr{lr:.3g}"
 
 
-def tune_job(spec: CrossoverSpec, out: Path, arm: str, lr: float, threads: int = 0) -> Job:
+def tune_job(spec: CrossoverSpec, out: Path, arm: str, lr: float) -> Job:
     """One tuning run: ``arm`` at rate ``lr`` and seed ``seeds[0]``, WSD over S = round(tune_fraction·D / (B·T))
     steps with the cooldown fraction c — the same schedule as a cooldown branch of that length, trained from step 0."""
     cfg = arm_config(spec, arm, spec.seeds[0])
     cfg.optim.lr = lr
-    if threads:
-        cfg.train.threads = threads
     steps = max(2, int(round(spec.tune_fraction * spec.tokens / (cfg.train.batch_size * cfg.data.seq_len))))
     c = _branch_config(cfg, Budget(steps, 0, 0), spec.cooldown)
     return Job("tune", arm, spec.seeds[0], out / "runs" / arm / "tune" / _lr_name(lr), c.to_dict())
@@ -237,7 +233,7 @@ def tune_learning_rates(spec: CrossoverSpec, out: Path, workers: int, threads: i
     grid = {f"{lr:.3g}" for lr in spec.lrs}
     todo = {arm: sorted(spec.lrs) for arm in spec.arms}
     while todo:
-        jobs = [tune_job(spec, out, arm, lr, threads) for arm, rates in todo.items() for lr in rates]
+        jobs = [tune_job(spec, out, arm, lr) for arm, rates in todo.items() for lr in rates]
         done = execute(jobs, workers, log, threads)
         failed = [p for p, r in done.items() if r[0] == "failed"]
         if failed:
@@ -318,7 +314,7 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     spec.validate()
     out = Path(out_dir)
-    trunks, branches, budgets = plan_jobs(spec, out, threads)  # config errors surface before any folder exists
+    trunks, branches, budgets = plan_jobs(spec, out)  # config errors surface before any folder exists
     _check_out(out, spec, inputs=tuple(sorted({j.config["data"]["path"] for j in trunks})))
     _check_data(trunks)
     if not spec.lrs:
@@ -329,7 +325,7 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
         if spec.lrs:
             chosen = tune_learning_rates(spec, out, workers, threads, log)
             log("[crossover] learning rates: " + ", ".join(f"{a} {lr:.3g}" for a, lr in chosen.items()))
-            trunks, branches, budgets = plan_jobs(spec, out, threads, lrs=chosen)
+            trunks, branches, budgets = plan_jobs(spec, out, lrs=chosen)
             _check_reuse(trunks, branches)
         done_trunks = execute(trunks, workers, log, threads)
         ok = {(j.arm, j.seed) for j in trunks if done_trunks[j.run_dir][0] in ("done", "skipped")}

@@ -60,13 +60,13 @@ def spec_from_preset(p: Any, corpus: str | os.PathLike, xp: Any = None) -> Cross
     return spec
 
 
-def training_seconds(spec: CrossoverSpec, gflops: float, threads: int = 0) -> tuple[float, list[str]]:
+def training_seconds(spec: CrossoverSpec, gflops: float) -> tuple[float, list[str]]:
     """Estimated training seconds of every trunk and branch (one process each, at ``gflops`` GFLOP/s, counted as
     ModelConfig.flops_per_token) and one plan line per run: steps, tokens, tokens per parameter, time."""
     from smallinit.experiments.cost import fmt_seconds, model_cost
 
-    trunks, branches, _ = plan_jobs(spec, Path("."), threads)
-    tunes = [tune_job(spec, Path("."), a, lr, threads) for a in spec.arms for lr in spec.lrs]
+    trunks, branches, _ = plan_jobs(spec, Path("."))
+    tunes = [tune_job(spec, Path("."), a, lr) for a in spec.arms for lr in spec.lrs]
     total, lines = 0.0, []
     for j in tunes + trunks + branches:
         c = model_cost(j.config)
@@ -92,7 +92,7 @@ def tokens_for_seconds(spec: CrossoverSpec, seconds: float, gflops: float, jobs:
     return int(probe.tokens * max(0.0, seconds) * jobs / secs) if secs > 0 else 0
 
 
-def choose_extras(p: Any, corpus: Path, seconds_left: float, gflops: float, jobs: int, threads: int = 0
+def choose_extras(p: Any, corpus: Path, seconds_left: float, gflops: float, jobs: int
                   ) -> tuple[list[Any], list[str]]:
     """The preset's ``extra_crossovers`` that fit ``seconds_left`` (wall-clock, ``jobs`` runs at a time), taken in
     the preset's order, each whole; a claim with several crossovers (claim 2's widths) runs only if all of them fit.
@@ -104,7 +104,7 @@ def choose_extras(p: Any, corpus: Path, seconds_left: float, gflops: float, jobs
         by_claim.setdefault(xp.claim, []).append(xp)
     chosen, lines = [], []
     for claim, plans in by_claim.items():
-        secs = sum(training_seconds(spec_from_preset(p, corpus, xp), gflops, threads)[0] for xp in plans) / max(1, jobs)
+        secs = sum(training_seconds(spec_from_preset(p, corpus, xp), gflops)[0] for xp in plans) / max(1, jobs)
         fits = secs <= seconds_left
         if fits:
             chosen += plans

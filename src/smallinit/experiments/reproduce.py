@@ -97,8 +97,8 @@ class Reproduction:
             return text
         from smallinit.experiments.crossover_plan import crossover_folder, spec_from_preset, training_seconds
 
-        g, threads, jobs = self.crossover_gflops or self.gflops or 1.0, default_threads(self.jobs), max(1, self.jobs)
-        secs, lines = training_seconds(xs, g, threads)
+        g, jobs = self.crossover_gflops or self.gflops or 1.0, max(1, self.jobs)
+        secs, lines = training_seconds(xs, g)
         head = (f"crossover (claim 1; claim 7 scores its largest budget): arms {', '.join(xs.arms)}, "
                 f"{len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens, budgets D × {', '.join(f'{f:g}' for f in xs.fractions)}"
                 + (f", learning rate tuned per arm over {', '.join(f'{x:g}' for x in xs.lrs)} ({xs.tune_fraction:g}·D "
@@ -108,7 +108,7 @@ class Reproduction:
                + (f" (≈ {secs / 3600:,.0f} device-hours)" if self.p.name == "gpu" else "")]
         for xp in self.p.extra_crossovers:
             spec = spec_from_preset(self.p, self.corpus_path or Path("data"), xp)
-            t, _ = training_seconds(spec, g, threads)
+            t, _ = training_seconds(spec, g)
             n = len(spec.arms) * len(spec.seeds)
             out.append(f"{crossover_folder(xp)} (claim {xp.claim}): {xp.size}, arms {', '.join(spec.arms)}, "
                        f"{len(spec.seeds)} seed(s), D = {spec.tokens:,} tokens ({n} trunks"
@@ -139,12 +139,12 @@ class Reproduction:
         if xs is None or not hours:
             return plan
         self.hours_used = hours
-        g, threads, jobs = self.crossover_gflops or self.gflops, default_threads(self.jobs), max(1, self.jobs)
+        g, jobs = self.crossover_gflops or self.gflops, max(1, self.jobs)
         others = (sum(j.est_seconds for j in plan.phase1) + plan.phase2_seconds) / jobs
         left = hours * 3600 - others
-        main = training_seconds(xs, g, threads)[0] / jobs
+        main = training_seconds(xs, g)[0] / jobs
         if self.p.extra_crossovers and main <= left:
-            extras, self.extra_lines = choose_extras(self.p, self.corpus_path, left - main, g, jobs, threads)
+            extras, self.extra_lines = choose_extras(self.p, self.corpus_path, left - main, g, jobs)
             dropped = sorted({xp.claim for xp in self.p.extra_crossovers} - {xp.claim for xp in extras})
             self.p.extra_crossovers = tuple(extras)
             self.p.claims = tuple(c for c in self.p.claims if c not in dropped)

@@ -61,6 +61,17 @@ class Rope(torch.autograd.Function):
 
 
 # ---- attention's fused projection -----------------------------------------------------------------------------------
+def _split(p: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int, rotate_qk
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, k, v, g) of the fused projection ``p`` (B, T, D), ``rotate_qk`` applied to its q|k heads (B, T, H + H_kv,
+    hd); v and g are views of ``p`` (the layout of :class:`SplitRope`)."""
+    B, T, _ = p.shape
+    q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
+    qk = rotate_qk(p[..., :q_dim + kv_dim].view(B, T, n_heads + n_kv_heads, head_dim))
+    v = p[..., q_dim + kv_dim:q_dim + 2 * kv_dim].view(B, T, n_kv_heads, head_dim)
+    return qk[:, :, :n_heads], qk[:, :, n_heads:], v, p[..., q_dim + 2 * kv_dim:]
+
+
 class SplitRope(torch.autograd.Function):
     """q, k, v, g from the fused projection P = X W_qkvgᵀ of shape (B, T, D), D = (H + 2·H_kv)·hd + gate_dim:
 
@@ -74,14 +85,10 @@ class SplitRope(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, p, cos, sin, n_heads: int, n_kv_heads: int, head_dim: int):
-        B, T, D = p.shape
-        q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
-        qk = rotate(p[..., :q_dim + kv_dim].view(B, T, n_heads + n_kv_heads, head_dim), cos, sin, 1.0)
         ctx.save_for_backward(cos, sin)
         ctx.set_materialize_grads(False)  # an output without a gradient arrives as None: its part is zero-filled
-        ctx.layout = (B, T, D, n_heads, n_kv_heads, head_dim, p.dtype)
-        v = p[..., q_dim + kv_dim:q_dim + 2 * kv_dim].view(B, T, n_kv_heads, head_dim)
-        return qk[:, :, :n_heads], qk[:, :, n_heads:], v, p[..., q_dim + 2 * kv_dim:]
+        ctx.layout = (*p.shape, n_heads, n_kv_heads, head_dim, p.dtype)
+        return _split(p, n_heads, n_kv_heads, head_dim, lambda qk: rotate(qk, cos, sin, 1.0))
 
     @staticmethod
     def backward(ctx, dq, dk, dv, dg):
@@ -113,11 +120,7 @@ def split_rope(p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: i
     c, s = cos[:, None, :h].to(p.dtype), sin[:, None, :h].to(p.dtype)
     if not plain_ops_only():
         return SplitRope.apply(p, c, s, n_heads, n_kv_heads, head_dim)
-    B, T, _ = p.shape
-    q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
-    qk = rotate_plain(p[..., :q_dim + kv_dim].view(B, T, n_heads + n_kv_heads, head_dim), c, s)
-    v = p[..., q_dim + kv_dim:q_dim + 2 * kv_dim].view(B, T, n_kv_heads, head_dim)
-    return qk[:, :, :n_heads], qk[:, :, n_heads:], v, p[..., q_dim + 2 * kv_dim:]
+    return _split(p, n_heads, n_kv_heads, head_dim, lambda qk: rotate_plain(qk, c, s))
 
 
 # ---- RMSNorm ------------------------------------------------------------------------------------------------------
