@@ -112,11 +112,13 @@ def _timed_steps(step, steps: int) -> float:
 
 def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0) -> float:
     """Training throughput of this machine in GFLOP/s (counted as in ``flops_per_token``), timed on a few
-    AdamW steps of the ``config``'s model (default: the tiny preset shape) on random tokens."""
+    AdamW steps of the ``config``'s model (default: the tiny preset shape) on random tokens — the step the
+    Trainer runs on CPU: the model's chunked loss, fused AdamW, and the training process's allocator setting
+    (:func:`~smallinit.train.host.keep_freed_memory`)."""
     import torch
-    import torch.nn.functional as F
 
     from smallinit.model import ModelConfig, Transformer
+    from smallinit.train.host import keep_freed_memory
 
     config = _plain(config) if config is not None else None
     if config is None:
@@ -129,13 +131,14 @@ def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0) -> floa
     if threads:
         torch.set_num_threads(threads)
     try:
+        keep_freed_memory()
         torch.manual_seed(0)
         model = Transformer(mc)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
         x = torch.randint(0, mc.vocab_size, (B, T))
 
         def step():
-            loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())
+            loss = model(x, x)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
