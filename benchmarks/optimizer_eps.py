@@ -175,8 +175,8 @@ def print_width(results: list[dict], args) -> None:
                 w = st["worst"]
                 print(f"| {r['gamma']:g} | {r['d']} | {s} | " + " | ".join(cells)
                       + f" | {w['name']}: {w['damping']:.2g} [{w['frac_below']:.2g}] |")
-    print(f"\nMedian √v̂ at step 1 (geometric mean over layers) vs d; log-log slope; extrapolated width where the "
-          f"fitted median reaches 9ε (median entry damped 10%) and ε (50%)")
+    print("\nMedian √v̂ at step 1 (geometric mean over layers) vs d; log-log slope; extrapolated width where the "
+          "fitted median reaches 9ε (median entry damped 10%) and ε (50%)")
     for norm_eps in args.norm_eps:
         for gamma in args.gammas:
             rs = sorted((r for r in results if r["norm_eps"] == norm_eps and r["gamma"] == gamma), key=lambda r: r["d"])

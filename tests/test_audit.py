@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import math
 import socket
-import warnings
 
 import pytest
 import torch
 from torch import nn
 
 from smallinit import ModelConfig, RMSNorm, Transformer, gamma_init
-from smallinit.audit import (AuditReport, audit, audit_widths, check_out_dir, grad_eps_stats, implied_gamma,
+from smallinit.audit import (audit, audit_widths, check_out_dir, grad_eps_stats, implied_gamma,
                              loglog_slope)
 from smallinit.errors import ConfigError
 

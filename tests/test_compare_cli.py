@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from smallinit.cli import main
-from smallinit.compare import compare_models, score_models, summarize_scores, top_contexts
+from smallinit.compare import compare_models, score_models, top_contexts
 from smallinit.data import TokenData, prepare_corpus
 from smallinit.errors import DataError
 from smallinit.train import load_config, train

@@ -5,7 +5,6 @@ output that is a file or a folder, zero or negative counts, a disk that fills up
 from __future__ import annotations
 
 import errno
-import json
 from pathlib import Path
 
 import pytest

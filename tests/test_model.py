@@ -1,6 +1,5 @@
 """The decoder: norms, gate, causality, GQA, RoPE, presets, validation, config round trip."""
 
-import math
 
 import pytest
 import torch

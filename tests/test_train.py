@@ -15,7 +15,7 @@ import torch
 
 from smallinit.checkpoint import list_checkpoints, load_checkpoint, read_checkpoint, verify_checkpoint
 from smallinit.errors import CheckpointError, DivergenceError, RunDirError
-from smallinit.train import Trainer, resume, train
+from smallinit.train import resume, train
 
 from conftest import tiny_overrides
 
@@ -181,7 +181,7 @@ def test_bf16_and_accumulation_run(tiny_cfg, tmp_path):
     a = train(tiny_cfg(**{"train.max_steps": 6, "train.dtype": "bf16"}), tmp_path / "bf16")
     assert a["final_loss"] == a["final_loss"]  # finite
     # accumulation: 2 micro-batches of 2 equal one batch of 4 (same data, same update) up to fp32 rounding
-    b = train(tiny_cfg(**{"train.max_steps": 6, "train.micro_batch_size": 2}), tmp_path / "acc")
-    c = train(tiny_cfg(**{"train.max_steps": 6}), tmp_path / "plain")
+    train(tiny_cfg(**{"train.max_steps": 6, "train.micro_batch_size": 2}), tmp_path / "acc")
+    train(tiny_cfg(**{"train.max_steps": 6}), tmp_path / "plain")
     lb, lc = losses(tmp_path / "acc"), losses(tmp_path / "plain")
     assert all(abs(lb[k] - lc[k]) < 1e-4 for k in lc)

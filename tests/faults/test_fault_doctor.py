@@ -4,14 +4,12 @@ advice brings a damaged run back to health."""
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from pathlib import Path
 
 import pytest
 
 from faultkit import fault_overrides, fault_table  # noqa: F401
-from smallinit.checkpoint import list_checkpoints
 from smallinit.cli import main
 from smallinit.doctor import check_run
 from smallinit.train import load_config, resume, train

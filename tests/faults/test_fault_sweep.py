@@ -19,7 +19,7 @@ import pytest
 from faultkit import fault_overrides, fault_table, in_child, kill_self, losses, same_weights, weights  # noqa: F401
 from smallinit.checkpoint import list_checkpoints
 from smallinit.experiments.sweep import parse_sweep, run_state, run_sweep
-from smallinit.train import load_config, train
+from smallinit.train import train
 
 STEPS, EVERY = 8, 4
 FILES_PER_CKPT = 5

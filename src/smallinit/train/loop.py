@@ -686,7 +686,7 @@ class Trainer:
             saved = self.save()
         name = signal.Signals(signum).name
         where = (f"checkpoint saved at step {self.step} ({saved})" if saved is not None else
-                 f"no checkpoint written (loss above the divergence line); resume starts from the last one")
+                 "no checkpoint written (loss above the divergence line); resume starts from the last one")
         raise Interrupted(f"interrupted by {name} at step {self.step}: {where}; continue with "
                           f"`smallinit train --resume {self.run_dir}`", int(signum), self.step,
                           str(saved) if saved else None)
