@@ -250,10 +250,10 @@ def test_further_crossovers_answer_claims_2_5_and_10(tmp_path, token_dir):
 
 
 def test_only_the_further_crossovers_that_fit_the_hours_are_chosen(token_dir):
-    from smallinit.experiments.crossover_plan import choose_extras, spec_from_preset, training_seconds
+    from smallinit.experiments.crossover_plan import choose_extras, crossover_wall_seconds, spec_from_preset
 
     p = _extra_preset()
-    c10 = training_seconds(spec_from_preset(p, token_dir, p.extra_crossovers[0]), 5.0)[0]
+    c10 = crossover_wall_seconds(spec_from_preset(p, token_dir, p.extra_crossovers[0]), 5.0, 1)
     chosen, lines = choose_extras(p, token_dir, c10 * 1.01, 5.0, jobs=1)
     assert [xp.claim for xp in chosen] == [10]
     assert "claim 10: 1 crossover(s)" in lines[0] and "fits" in lines[0] and "does not fit" in lines[1]

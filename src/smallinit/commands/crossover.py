@@ -138,15 +138,16 @@ def print_plan(spec, out, threads: int, jobs: int) -> None:
     """Every run's steps, tokens, tokens per parameter and estimated time at a throughput measured here."""
     from smallinit.experiments.cost import fmt_seconds, measure_gflops
     from smallinit.experiments.crossover import plan_jobs
-    from smallinit.experiments.crossover_plan import training_seconds
+    from smallinit.experiments.crossover_plan import crossover_wall_seconds, training_seconds
 
     trunks, branches, budgets = plan_jobs(spec, out)
     gflops = measure_gflops(trunks[0].config, threads=threads)
-    total, lines = training_seconds(spec, gflops)
+    _, lines = training_seconds(spec, gflops)
     tuning = (f"{len(spec.arms) * len(spec.lrs)} tuning runs (up to {len(spec.arms) * spec.tune_extend} more if an "
               "edge rate wins) + " if spec.lrs else "")
     print(f"{tuning}{len(trunks)} trunks + {len(branches)} branches; budgets "
           f"{', '.join(f'{b.tokens:,}' for b in budgets)} tokens (time at {gflops:.1f} GFLOP/s per run, {threads} "
           f"thread(s), {jobs} at a time)")
     print("\n".join(lines))
-    print(f"total ≈ {fmt_seconds(total / jobs)} with {jobs} at a time (training only; evaluations add a few %)")
+    print(f"total ≈ {fmt_seconds(crossover_wall_seconds(spec, gflops, jobs))} with {jobs} at a time (training only; "
+          "evaluations add a few %)")

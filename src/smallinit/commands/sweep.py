@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from smallinit.errors import ConfigError
-    from smallinit.experiments.cost import default_jobs, fmt_seconds, measure_gflops, model_cost
+    from smallinit.experiments.cost import (default_jobs, default_threads, fmt_seconds, measure_gflops, model_cost,
+                                            wall_seconds)
     from smallinit.experiments.sweep import load_sweep, run_sweep
     from smallinit.rundir import run_state
 
@@ -45,17 +46,17 @@ def run(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep)
     jobs = args.jobs or default_jobs(len(spec.runs))
     if args.dry_run:
-        gflops = args.gflops or measure_gflops(spec.runs[0].config)
-        total = 0.0
+        gflops = args.gflops or measure_gflops(spec.runs[0].config, threads=default_threads(jobs))
+        estimates = []
         print(f"{len(spec.runs)} runs (time at {gflops:.1f} GFLOP/s, {jobs} at a time):")
         for r in spec.runs:
             c = model_cost(r.config)
             secs = c["flops"] / (gflops * 1e9)
-            total += secs
+            estimates.append(secs)
             state = run_state(Path(args.out) / r.name)
             print(f"  {r.name:<40} {state:<8} params {c['params'] / 1e6:8.2f}M  tokens {c['tokens'] / 1e6:8.2f}M  "
                   f"≈ {fmt_seconds(secs)}")
-        print(f"total ≈ {fmt_seconds(total / jobs)}")
+        print(f"total ≈ {fmt_seconds(wall_seconds(estimates, jobs))}")
         return 0
     results = run_sweep(spec, args.out, jobs, retry_failed=args.retry_failed, gflops=args.gflops)
     return 0 if all(r.state == "done" for r in results.values()) else 1

@@ -9,7 +9,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from smallinit.rundir import read_json
 
@@ -54,6 +54,29 @@ def default_threads(parallel: int) -> int:
     if parallel <= 1:
         return 0
     return max(1, usable_cores() // parallel)
+
+
+def wall_seconds(seconds: Sequence[float], workers: int, started: Sequence[float] = ()) -> float:
+    """Wall-clock of one batch of runs trained ``workers`` at a time, each run in order starting when a worker is
+    free (the runners' queue): the makespan of list scheduling, max over workers of the summed times of its runs.
+    ``seconds``: each run's time; ``started``: the time left of runs already running (each holds a worker).
+    The old estimate, sum ÷ workers, missed that 3 equal runs on 2 workers take 2 rounds, not 1.5."""
+    free = sorted(started)[:max(1, workers)]
+    free += [0.0] * (max(1, workers) - len(free))
+    for s in seconds:
+        k = free.index(min(free))
+        free[k] += s
+    return max(free)
+
+
+def sharing_speedup(runs: int, workers: int) -> float:
+    """How much faster each run trains when a batch of ``runs`` < ``workers`` shares the cores (usable_cores //
+    runs torch threads instead of usable_cores // workers, :func:`default_threads`), taking threads to scale
+    perfectly — optimistic: 2 threads ran 1.72× one at the reproduction's shape (benchmarks/RESULTS.md). 1 when
+    runs ≥ workers."""
+    if runs <= 0 or runs >= workers:
+        return 1.0
+    return usable_cores() // max(1, runs) / max(1, default_threads(workers) or usable_cores())
 
 
 def _plain(config: Any) -> dict[str, Any]:

@@ -60,27 +60,43 @@ def spec_from_preset(p: Any, corpus: str | os.PathLike, xp: Any = None) -> Cross
     return spec
 
 
-def training_seconds(spec: CrossoverSpec, gflops: float) -> tuple[float, list[str]]:
-    """Estimated training seconds of every trunk and branch (one process each, at ``gflops`` GFLOP/s, counted as
-    ModelConfig.flops_per_token) and one plan line per run: steps, tokens, tokens per parameter, time."""
+def training_seconds(spec: CrossoverSpec, gflops: float) -> tuple[list[list[float]], list[str]]:
+    """Estimated training seconds of every run, grouped in the batches the crossover trains one after another
+    (tuning runs, trunks, branches; one process each at ``gflops`` GFLOP/s, counted as
+    ModelConfig.flops_per_token), and one plan line per run: steps, tokens, tokens per parameter, time. The
+    wall-clock is :func:`crossover_wall_seconds`; the machine time, the sum of all."""
     from smallinit.experiments.cost import fmt_seconds, model_cost
 
     trunks, branches, _ = plan_jobs(spec, Path("."))
     tunes = [tune_job(spec, Path("."), a, lr) for a in spec.arms for lr in spec.lrs]
-    total, lines = 0.0, []
-    for j in tunes + trunks + branches:
-        c = model_cost(j.config)
-        t = j.config["train"]
-        steps = t["max_steps"] - j.start
-        tokens = steps * t["batch_size"] * j.config["data"]["seq_len"]
-        secs = c["flops_per_token"] * tokens / (gflops * 1e9)
-        total += secs
-        end = t["max_steps"] * t["batch_size"] * j.config["data"]["seq_len"]
-        what = f"lr {j.config['optim']['lr']:.3g}" if j.kind == "tune" else f"seed {j.seed}"
-        lines.append(f"  {j.arm:<11} {what:<8} {j.kind:<6} steps {j.start:>6}→{t['max_steps']:<6} trains "
-                     f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
-                     f"≈ {fmt_seconds(secs)}")
-    return total, lines
+    batches, lines = [], []
+    for batch in (tunes, trunks, branches):
+        batches.append([])
+        for j in batch:
+            c = model_cost(j.config)
+            t = j.config["train"]
+            steps = t["max_steps"] - j.start
+            tokens = steps * t["batch_size"] * j.config["data"]["seq_len"]
+            secs = c["flops_per_token"] * tokens / (gflops * 1e9)
+            batches[-1].append(secs)
+            end = t["max_steps"] * t["batch_size"] * j.config["data"]["seq_len"]
+            what = f"lr {j.config['optim']['lr']:.3g}" if j.kind == "tune" else f"seed {j.seed}"
+            lines.append(f"  {j.arm:<11} {what:<8} {j.kind:<6} steps {j.start:>6}→{t['max_steps']:<6} trains "
+                         f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
+                         f"≈ {fmt_seconds(secs)}")
+    return batches, lines
+
+
+def crossover_wall_seconds(spec: CrossoverSpec, gflops: float, jobs: int) -> float:
+    """Estimated wall-clock of a crossover trained ``jobs`` runs at a time: the batches of :func:`training_seconds`
+    one after another, each its :func:`~smallinit.experiments.cost.wall_seconds`, a batch of fewer runs than jobs
+    sped up by sharing the cores (:func:`~smallinit.experiments.cost.sharing_speedup`, as
+    :func:`~smallinit.experiments.crossover_runs.batch_threads` assigns them). The rates added when an edge rate
+    wins are not counted."""
+    from smallinit.experiments.cost import sharing_speedup, wall_seconds
+
+    return sum(wall_seconds([s / sharing_speedup(len(batch), jobs) for s in batch], jobs)
+               for batch in training_seconds(spec, gflops)[0])
 
 
 def tokens_for_seconds(spec: CrossoverSpec, seconds: float, gflops: float, jobs: int) -> int:
@@ -88,8 +104,8 @@ def tokens_for_seconds(spec: CrossoverSpec, seconds: float, gflops: float, jobs:
     in D: every run of the plan scales with it), rounded down to whole steps of the largest budget."""
     probe = copy.deepcopy(spec)
     probe.tokens = 1 << 24
-    secs, _ = training_seconds(probe, gflops)
-    return int(probe.tokens * max(0.0, seconds) * jobs / secs) if secs > 0 else 0
+    secs = crossover_wall_seconds(probe, gflops, jobs)
+    return int(probe.tokens * max(0.0, seconds) / secs) if secs > 0 else 0
 
 
 def choose_extras(p: Any, corpus: Path, seconds_left: float, gflops: float, jobs: int
@@ -104,7 +120,7 @@ def choose_extras(p: Any, corpus: Path, seconds_left: float, gflops: float, jobs
         by_claim.setdefault(xp.claim, []).append(xp)
     chosen, lines = [], []
     for claim, plans in by_claim.items():
-        secs = sum(training_seconds(spec_from_preset(p, corpus, xp), gflops)[0] for xp in plans) / max(1, jobs)
+        secs = sum(crossover_wall_seconds(spec_from_preset(p, corpus, xp), gflops, jobs) for xp in plans)
         fits = secs <= seconds_left
         if fits:
             chosen += plans

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from smallinit.errors import DataError
 from smallinit.experiments.claims import registry
 from smallinit.experiments.claims.context import anchor_name, fmt_lr, run_name
-from smallinit.experiments.cost import default_threads, fmt_seconds, model_cost
+from smallinit.experiments.cost import default_threads, fmt_seconds, model_cost, sharing_speedup, wall_seconds
 from smallinit.experiments.job import Job
 from smallinit.experiments.presets import AnchorArm, Arm, Preset
 from smallinit.train.config import RunConfig, load_config, set_dotted
@@ -107,11 +107,32 @@ class Plan:
     anchor_arms: list[AnchorArm]
     seeds: dict[str, int]  # arm key -> seeds
     phase1: list[Job]
-    phase2_count: int
-    phase2_seconds: float
+    phase2_estimates: list[float]  # planned seconds of each phase-2 run (extra seeds), in the order they run
     costs: dict[str, dict[str, float]]  # run name -> model_cost
     gflops: float | None
     anchor_gflops: float | None
+
+    @property
+    def phase2_count(self) -> int:
+        return len(self.phase2_estimates)
+
+    @property
+    def phase2_seconds(self) -> float:
+        """Machine seconds of phase 2 (the sum of its runs' estimates)."""
+        return sum(self.phase2_estimates)
+
+
+def phase_wall_seconds(estimates: list[float], jobs: int) -> float:
+    """Estimated wall-clock of one phase's runs trained ``jobs`` at a time in order: their makespan
+    (:func:`~smallinit.experiments.cost.wall_seconds`), a phase of fewer runs than jobs sharing the cores (as
+    :meth:`Reproduction.plan` and ``run`` assign them, :func:`~smallinit.experiments.cost.sharing_speedup`)."""
+    return wall_seconds([s / sharing_speedup(len(estimates), jobs) for s in estimates], jobs)
+
+
+def plan_wall_seconds(plan: Plan, jobs: int) -> float:
+    """Estimated wall-clock of phase 1 then phase 2 (:func:`phase_wall_seconds` each)."""
+    return (phase_wall_seconds([j.est_seconds for j in plan.phase1], jobs)
+            + phase_wall_seconds(plan.phase2_estimates, jobs))
 
 
 def make_plan(p: Preset, out: Path, corpus: Path, gflops: float | None, anchor_gflops: float | None,
@@ -127,20 +148,18 @@ def make_plan(p: Preset, out: Path, corpus: Path, gflops: float | None, anchor_g
     seeds = {a.key: seeds_of_arm(p, a, arms) for a in [*lm_arms, *anchor_arms]}
     jobs: list[Job] = []
     costs: dict[str, dict[str, float]] = {}
-    phase2_count, phase2_secs = 0, 0.0
+    phase2: list[float] = []  # phase 2 runs the arms' extra seeds in this order (phase2_jobs)
     for a in lm_arms:
         for lr in p.lrs:
             job = lm_job(p, out, a, lr, 0, corpus, parallel, gflops)
             costs[job.name] = model_cost(job.config)
             jobs.append(job)
-        phase2_count += seeds[a.key] - 1
-        phase2_secs += (seeds[a.key] - 1) * jobs[-1].est_seconds
+        phase2 += [jobs[-1].est_seconds] * (seeds[a.key] - 1)
     for a in anchor_arms:
         for lr in p.anchor_lrs:
             jobs.append(anchor_job(p, out, a, lr, 0, anchor_gflops, parallel))
-        phase2_count += seeds[a.key] - 1
-        phase2_secs += (seeds[a.key] - 1) * jobs[-1].est_seconds
-    return Plan(p, arms, lm_arms, anchor_arms, seeds, jobs, phase2_count, phase2_secs, costs, gflops, anchor_gflops)
+        phase2 += [jobs[-1].est_seconds] * (seeds[a.key] - 1)
+    return Plan(p, arms, lm_arms, anchor_arms, seeds, jobs, phase2, costs, gflops, anchor_gflops)
 
 
 def phase2_jobs(plan: Plan, out: Path, chosen: dict[str, float | None], corpus: Path, parallel: int) -> list[Job]:
@@ -180,7 +199,7 @@ def describe_plan(plan: Plan, jobs: int) -> str:
     lines.append(f"phase 2: {plan.phase2_count} more runs (extra seeds at each arm's chosen learning rate), "
                  f"≈ {fmt_seconds(plan.phase2_seconds)}")
     total_s += plan.phase2_seconds
-    wall = total_s / max(1, jobs)
+    wall = plan_wall_seconds(plan, jobs)
     gpu_h = total_s / 3600
     lines += ["", f"throughput assumed: {plan.gflops:,.1f} GFLOP/s per job (LM), "
                   f"{(plan.anchor_gflops or 0):,.1f} (anchor); {jobs} job(s) at a time",

@@ -27,7 +27,7 @@ from smallinit.experiments.claims.rules import INCONCLUSIVE, RULE, Verdict, seed
 from smallinit.experiments.cost import default_jobs, default_threads, fmt_seconds, measure_anchor_gflops, measure_gflops
 from smallinit.experiments.lr import plot_lr_sweep, select_anchor_lr, select_lr
 from smallinit.experiments.plan import (Plan, anchor_config, check_corpus, describe_plan, ensure_corpus, lm_config,
-                                        make_plan, phase2_jobs)
+                                        make_plan, phase2_jobs, phase_wall_seconds, plan_wall_seconds)
 from smallinit.experiments.presets import PAPER, Preset, arm, get_preset
 from smallinit.experiments.report import deciding_effect, write_report
 from smallinit.experiments.runner import JobRunner
@@ -95,24 +95,26 @@ class Reproduction:
         xs = self.crossover_spec(self.corpus_path) if self.p.crossover else None
         if xs is None:
             return text
-        from smallinit.experiments.crossover_plan import crossover_folder, spec_from_preset, training_seconds
+        from smallinit.experiments.crossover_plan import (crossover_folder, crossover_wall_seconds, spec_from_preset,
+                                                          training_seconds)
 
         g, jobs = self.crossover_gflops or self.gflops or 1.0, max(1, self.jobs)
-        secs, lines = training_seconds(xs, g)
+        batches, lines = training_seconds(xs, g)
+        machine = sum(map(sum, batches))
         head = (f"crossover (claim 1; claim 7 scores its largest budget): arms {', '.join(xs.arms)}, "
                 f"{len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens, budgets D × {', '.join(f'{f:g}' for f in xs.fractions)}"
                 + (f", learning rate tuned per arm over {', '.join(f'{x:g}' for x in xs.lrs)} ({xs.tune_fraction:g}·D "
                    "WSD runs; the grid grows past a winning edge)" if xs.lrs else
                    f", learning rate {xs.arms[xs.baseline][-1].split('=')[1]} for every arm (not tuned per arm)"))
-        out = [text, "", head, *lines, f"crossover ≈ {fmt_seconds(secs / jobs)} wall-clock"
-               + (f" (≈ {secs / 3600:,.0f} device-hours)" if self.p.name == "gpu" else "")]
+        out = [text, "", head, *lines, f"crossover ≈ {fmt_seconds(crossover_wall_seconds(xs, g, jobs))} wall-clock"
+               + (f" (≈ {machine / 3600:,.0f} device-hours)" if self.p.name == "gpu" else "")]
         for xp in self.p.extra_crossovers:
             spec = spec_from_preset(self.p, self.corpus_path or Path("data"), xp)
-            t, _ = training_seconds(spec, g)
+            t = crossover_wall_seconds(spec, g, jobs)
             n = len(spec.arms) * len(spec.seeds)
             out.append(f"{crossover_folder(xp)} (claim {xp.claim}): {xp.size}, arms {', '.join(spec.arms)}, "
                        f"{len(spec.seeds)} seed(s), D = {spec.tokens:,} tokens ({n} trunks"
-                       f"{f', rates tuned over {len(spec.lrs)} values' if spec.lrs else ''}) ≈ {fmt_seconds(t / jobs)}")
+                       f"{f', rates tuned over {len(spec.lrs)} values' if spec.lrs else ''}) ≈ {fmt_seconds(t)}")
         if self.extra_lines:
             out += [f"further crossovers in {self.hours_used:g} hours (after claim 1's):", *self.extra_lines]
         return "\n".join(out)
@@ -132,7 +134,7 @@ class Reproduction:
         claim 1's budget D fills the hours; with them (``cpu-long``) D stays the preset's unless it alone is too
         long, and the further crossovers are added in the preset's order while they fit — a claim whose
         crossovers do not fit is not run. Returns the plan (made again when claims were dropped)."""
-        from smallinit.experiments.crossover_plan import choose_extras, tokens_for_seconds, training_seconds
+        from smallinit.experiments.crossover_plan import choose_extras, crossover_wall_seconds, tokens_for_seconds
 
         hours = self.hours or (self.p.hours if self.p.extra_crossovers else None)
         xs = self.crossover_spec(self.corpus_path)
@@ -140,9 +142,9 @@ class Reproduction:
             return plan
         self.hours_used = hours
         g, jobs = self.crossover_gflops or self.gflops, max(1, self.jobs)
-        others = (sum(j.est_seconds for j in plan.phase1) + plan.phase2_seconds) / jobs
+        others = plan_wall_seconds(plan, jobs)
         left = hours * 3600 - others
-        main = training_seconds(xs, g)[0] / jobs
+        main = crossover_wall_seconds(xs, g, jobs)
         if self.p.extra_crossovers and main <= left:
             extras, self.extra_lines = choose_extras(self.p, self.corpus_path, left - main, g, jobs)
             dropped = sorted({xp.claim for xp in self.p.extra_crossovers} - {xp.claim for xp in extras})
@@ -205,7 +207,7 @@ class Reproduction:
         self.log(f"[reproduce] phase 1/2: {len(plan.phase1)} runs")
         JobRunner(plan.phase1, self.jobs, inprocess=self.inprocess, retry_failed=self.retry_failed, log=self.log,
                   title=f"reproduce {self.p.name}", index_offset=0, total=n_total,
-                  later_seconds=plan.phase2_seconds).run()
+                  later_seconds=phase_wall_seconds(plan.phase2_estimates, self.jobs)).run()
         chosen, lr_tables = self._choose_lrs(plan)
         phase2 = phase2_jobs(plan, self.out, chosen, corpus, self.jobs)
         if 0 < len(phase2) < self.jobs:  # fewer runs than job slots: they share all the cores

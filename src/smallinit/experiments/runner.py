@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from smallinit.errors import ConfigError, RunDirError
-from smallinit.experiments.cost import fmt_seconds
+from smallinit.experiments.cost import fmt_seconds, wall_seconds
 from smallinit.experiments.job import Job, run_job, write_job_file
 from smallinit.io import atomic_write_json
 from smallinit.rundir import config_mismatch, last_step, read_config, read_json, run_state
@@ -60,7 +60,9 @@ class JobRunner:
     (``run_dir/../jobs/NAME.json`` and ``NAME.log``: nothing is put into the run directory before the task
     creates it); ``inprocess=True`` calls :func:`~smallinit.experiments.job.run_job` in
     this process instead (tests). The estimate of time left is the planned cost of
-    the remaining work scaled by (actual / planned) of the jobs finished so far, divided by ``parallel``.
+    the remaining work scaled by (actual / planned) of the jobs finished so far, scheduled ``parallel`` at a time
+    in order (:func:`~smallinit.experiments.cost.wall_seconds`), plus ``later_seconds`` (the wall-clock planned
+    after this runner, scaled alike).
     """
 
     def __init__(self, jobs: list[Job], parallel: int = 1, *, inprocess: bool = False, retry_failed: bool = False,
@@ -106,9 +108,8 @@ class JobRunner:
                     live.append((time.time() - t0) / frac / j.est_seconds)
             if live:
                 f = sum(live) / len(live)
-        left = (sum(j.est_seconds for j in pending) + self.later_seconds) * f
-        left += sum(j.est_seconds * (1 - self._progress(j)) * f for j, _, _ in running.values())
-        return left / max(1, self.parallel)
+        started = [j.est_seconds * (1 - self._progress(j)) * f for j, _, _ in running.values()]
+        return wall_seconds([j.est_seconds * f for j in pending], self.parallel, started) + self.later_seconds * f
 
     # -- checks
     def _check_config(self, job: Job) -> None:
