@@ -362,3 +362,27 @@ def test_load_report_round_trips(tmp_path):
     assert back.to_dict() == rep.to_dict()
     with pytest.raises(ConfigError):
         load_report(tmp_path)
+
+
+def test_cli_audits_a_run_directory_and_its_checkpoint(tiny_cfg, tmp_path, capsys):
+    """`smallinit audit RUN_DIR` (the README's example) reads the run's config.yaml and its latest checkpoint's
+    weights; a checkpoint folder is audited alone; a damaged config.yaml is one error line."""
+    from smallinit.checkpoint import list_checkpoints
+    from smallinit.cli import main
+    from smallinit.train import train
+
+    run = tmp_path / "run"
+    train(tiny_cfg(**{"train.max_steps": 5}), run)
+    capsys.readouterr()
+    assert main(["audit", str(run), "--seq", "16", "--batch", "1"]) == 0
+    out = "".join(capsys.readouterr().out.split())  # the text is wrapped at any space
+    ckpt = list_checkpoints(run)[-1]
+    assert f"Weightsofcheckpoint{ckpt}atstep5:atrainedstate" in out
+    assert main(["audit", str(ckpt), "--seq", "16", "--batch", "1"]) == 0
+    assert f"Weightsofcheckpoint{ckpt}atstep5" in "".join(capsys.readouterr().out.split())
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.yaml").write_text("model: [unclosed\n")
+    assert main(["audit", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "config.yaml" in err and "Traceback" not in err

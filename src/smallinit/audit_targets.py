@@ -290,15 +290,14 @@ def load_target(target: str, overrides: Sequence[str] = (), *, max_params: int =
 def _run_target(p: Path, *, max_params, blocks, vocab_cap, seed) -> AuditTarget:
     from smallinit.checkpoint import latest_good_checkpoint, load_checkpoint
     from smallinit.model import ModelConfig
-    from smallinit.train import config_from_dict
+    from smallinit.rundir import read_config
+    from smallinit.train.config import config_from_dict
 
-    import yaml
-
+    raw = read_config(p)  # RunDirError (one error: line) when it is not YAML
     try:
-        raw = yaml.safe_load((p / "config.yaml").read_text()) or {}
         cfg = config_from_dict(raw) if "model" in raw else None
         mcfg = cfg.model if cfg is not None else ModelConfig.from_dict(raw.get("model", raw))
-    except (ValueError, TypeError, yaml.YAMLError) as e:
+    except (ValueError, TypeError, AttributeError) as e:
         raise ConfigError(f"{p / 'config.yaml'}: not a smallinit config ({str(e).splitlines()[0][:160]})") from None
     eps = cfg.optim.eps if cfg is not None else None
     clip = (cfg.optim.grad_clip or None) if cfg is not None else None
