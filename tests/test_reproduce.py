@@ -290,3 +290,14 @@ def test_report_renders_in_chromium(test_report, tmp_path):
     out, _, _ = test_report
     stats = test_browser.check_page(out / "index.html", tmp_path / "reproduce.png", tmp_path)
     assert stats["images"] >= 5
+
+
+def test_a_corpus_tokenized_otherwise_than_the_preset_is_noted(token_dir):
+    """The cpu preset is sized for bytes; a BPE corpus passed with --corpus is used, with a note saying so."""
+    from smallinit.experiments.plan import corpus_note
+    from smallinit.experiments.presets import get_preset
+
+    note = corpus_note(get_preset("cpu"), token_dir)
+    assert note.startswith("note: preset cpu is sized for a byte corpus") and "bpe (vocabulary 512)" in note
+    assert corpus_note(get_preset("demo"), token_dir) is None  # demo prepares BPE itself
+    assert corpus_note(get_preset("gpu"), token_dir) is None  # gpu names no corpus of its own

@@ -253,5 +253,19 @@ def check_corpus(p: Preset, corpus: Path) -> dict[str, Any]:
             "val_tokens": int(len(td.val)), "sources": [s.get("name") for s in td.meta.get("sources", [])]}
 
 
-__all__ = ["Plan", "anchor_config", "anchor_job", "check_corpus", "claim_arms", "describe_plan", "ensure_corpus",
+def corpus_note(p: Preset, corpus: Path) -> str | None:
+    """A note when ``corpus`` was tokenized otherwise than the preset's own corpus (``cpu`` is sized for bytes: with
+    BPE 8192 its LM head becomes about half of the FLOPs); None when they agree or the preset names no corpus."""
+    from smallinit.data import TokenData
+
+    wanted = p.corpus.get("tokenizer", "bpe") if p.corpus.get("inputs") else None
+    kind = (TokenData(corpus).meta.get("tokenizer") or {}).get("kind")
+    if wanted is None or kind is None or kind == wanted:
+        return None
+    return (f"note: preset {p.name} is sized for a {wanted} corpus; {corpus} is {kind} (vocabulary "
+            f"{TokenData(corpus).vocab_size:,}), so its runs cost what the plan below says, not the preset's "
+            "stated time")
+
+
+__all__ = ["Plan", "anchor_config", "anchor_job", "check_corpus", "claim_arms", "corpus_note", "describe_plan", "ensure_corpus",
            "lm_config", "lm_job", "make_plan", "phase2_jobs", "seeds_of_arm"]

@@ -26,8 +26,8 @@ from smallinit.experiments.claims.context import ClaimContext, anchor_name, make
 from smallinit.experiments.claims.rules import INCONCLUSIVE, RULE, Verdict, seed_noise_floor
 from smallinit.experiments.cost import default_jobs, default_threads, fmt_seconds, measure_anchor_gflops, measure_gflops
 from smallinit.experiments.lr import plot_lr_sweep, select_anchor_lr, select_lr
-from smallinit.experiments.plan import (Plan, anchor_config, check_corpus, describe_plan, ensure_corpus, lm_config,
-                                        make_plan, phase2_jobs, phase_wall_seconds, plan_wall_seconds)
+from smallinit.experiments.plan import (Plan, anchor_config, check_corpus, corpus_note, describe_plan, ensure_corpus,
+                                        lm_config, make_plan, phase2_jobs, phase_wall_seconds, plan_wall_seconds)
 from smallinit.experiments.presets import PAPER, Preset, arm, get_preset
 from smallinit.experiments.report import deciding_effect, write_report
 from smallinit.experiments.runner import JobRunner
@@ -171,7 +171,10 @@ class Reproduction:
         t0 = time.time()
         if dry_run:
             corpus = Path(self.corpus_arg) if self.corpus_arg else self.out.parent / "data" / self.p.corpus.get("name", "data")
-            self._calibrate(corpus if (corpus / "meta.json").is_file() else None)
+            prepared = (corpus / "meta.json").is_file()
+            if prepared and (note := corpus_note(self.p, corpus)):
+                self.log(note)
+            self._calibrate(corpus if prepared else None)
             self.corpus_path = corpus
             plan = self.plan(corpus)
             plan = self.fit_hours(plan)
@@ -181,6 +184,8 @@ class Reproduction:
         corpus = ensure_corpus(self.p, self.corpus_arg, self.out, self.log)
         self.timings["prepare"] = time.time() - t0
         corpus_info = check_corpus(self.p, corpus)
+        if note := corpus_note(self.p, corpus):
+            self.log(note)
         self._calibrate(corpus)
         self.corpus_path = corpus
         plan = self.plan(corpus)
