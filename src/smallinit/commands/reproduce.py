@@ -1,4 +1,4 @@
-"""smallinit reproduce --preset demo|cpu|gpu --out DIR [--corpus PREPARED_DIR] [--seeds K] [--dry-run]: a thin layer
+"""smallinit reproduce --preset demo|cpu|cpu-long|gpu --out DIR [--corpus PREPARED_DIR] [--seeds K] [--dry-run]: a thin layer
 over :func:`smallinit.experiments.reproduce.reproduce` (presets: :mod:`smallinit.experiments.presets`)."""
 
 from __future__ import annotations
@@ -7,11 +7,16 @@ import argparse
 
 HELP = "run the experiments behind each claim of the paper and write a report with verdicts (report.md, index.html)"
 
+def _presets() -> str:
+    """One line per preset from the presets themselves: claims and budget."""
+    from smallinit.experiments.presets import PRESETS
+
+    return "\n".join(f"  {name:<9} claims {', '.join(map(str, p.claims))}; {p.budget}" for name, p in PRESETS.items())
+
+
 EPILOG = """\
-presets:
-  demo   claims 1, 4, 6, 7, 9 with tiny models, ≤ 15 minutes on a 2-core CPU (one learning rate, one seed)
-  cpu    every claim, widths up to 512, learning rate swept per arm, 2 seeds for claims 1 and 9, ≤ 2 hours on 2 cores
-  gpu    the paper-sized plan (0.1B–1.5B); try --dry-run first: it prints the plan and its estimated cost
+presets (the plan of each: --dry-run; the full descriptions: smallinit/experiments/presets.py):
+{presets}
 
 The corpus: --corpus DIR uses a directory made by `smallinit prepare`, or prepares the built-in corpus
 (builtin:stdlib) into DIR when it does not exist; without --corpus it goes to OUT/../data/. Rerunning the
@@ -19,15 +24,17 @@ same command resumes: finished runs are kept, interrupted ones continue from the
 
 examples:
   smallinit reproduce --preset demo --out out/demo --corpus data/stdlib
-  smallinit reproduce --preset cpu --out out/cpu --corpus data/bilingual --jobs 2
+  smallinit reproduce --preset cpu --out out/cpu --corpus data/stdlib-bytes   # prepared as the preset says (bytes)
   smallinit reproduce --preset gpu --out out/gpu --corpus data/corpus --dry-run
 """
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = EPILOG
-    p.add_argument("--preset", required=True, metavar="{demo,cpu,gpu}", help="budget and scope (see below)")
+    from smallinit.experiments.presets import PRESETS
+
+    p.epilog = EPILOG.format(presets=_presets())
+    p.add_argument("--preset", required=True, metavar="{" + ",".join(PRESETS) + "}", help="budget and scope (see below)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (runs, report.md, index.html, claims.json)")
     p.add_argument("--corpus", metavar="PREPARED_DIR", help="prepared data directory (prepared from builtin:stdlib if missing)")
     p.add_argument("--seeds", type=int, default=None, metavar="K", help="seeds for claims 1, 9 and 10 (default: the preset's)")
