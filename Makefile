@@ -2,6 +2,9 @@
 #   make demo   — the main job (reproduce --preset demo) on the built-in corpus
 #   make test   — the test suite
 PY      ?= python3
+# where pip finds torch: empty = pip's own configuration; for the CPU build from a stock PyPI set-up,
+#   make test TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_INDEX ?=
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
@@ -13,7 +16,7 @@ DEMO    := out/demo
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q torch==2.13.0 $(TORCH_INDEX)
 	$(VPY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
