@@ -29,7 +29,29 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
     missing = str(tmp / "missing")
     yaml_task = tmp / "t.yaml"
     yaml_task.write_text("file: x.jsonl\nquestion: q\nchoices: c\nlabel: l\n")
+    binary = tmp / "bin.yaml"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    arm_yaml = tmp / "arm.yaml"
+    arm_yaml.write_text("name: b\noverrides: 5\n")
     return [
+        ("train: negative seed", ["train", "--config", "tiny", "--out", str(tmp / "t3"),
+                                  *tiny_overrides(token_dir, **{"train.seed": -1})]),
+        ("train: seed beyond 64 bits", ["train", "--config", "tiny", "--out", str(tmp / "t4"),
+                                        *tiny_overrides(token_dir, **{"train.seed": 2**70})]),
+        ("train: config not UTF-8", ["train", "--config", str(binary), "--out", str(tmp / "t5")]),
+        ("init-report: config not UTF-8", ["init-report", "--config", str(binary)]),
+        ("sweep: spec not UTF-8", ["sweep", str(binary), "--out", str(tmp / "w2")]),
+        ("sweep: negative gflops", ["sweep", str(yaml_task), "--out", str(tmp / "w3"), "--dry-run", "--gflops", "-5"]),
+        ("probe: unknown device", ["probe", str(run), "--device", "bogus"]),
+        ("anchor: negative gamma", ["anchor", "--out", str(tmp / "an1"), "--gamma", "-1"]),
+        ("anchor: unknown gate", ["anchor", "--out", str(tmp / "an2"), "--set", "gate=bogus"]),
+        ("anchor: negative threads", ["anchor", "--out", str(tmp / "an3"), "--set", "threads=-1"]),
+        ("reproduce: corpus is a file", ["reproduce", "--preset", "demo", "--corpus", str(afile),
+                                         "--out", str(tmp / "rp2")]),
+        ("reproduce: corpus is a file (dry run)", ["reproduce", "--preset", "demo", "--corpus", str(afile),
+                                                   "--out", str(tmp / "rp3"), "--dry-run"]),
+        ("crossover: arm overrides not a list", ["crossover", "a:model.gamma=1", str(arm_yaml), "--tokens", "1M",
+                                                 "--out", str(tmp / "x3")]),
         ("prepare: missing input", ["prepare", missing, "--out", str(tmp / "p1")]),
         ("prepare: output is a file", ["prepare", str(afile), "--out", str(afile), "--tokenizer", "byte"]),
         ("prepare: output is its own input", ["prepare", str(adir), "--out", str(adir), "--tokenizer", "byte", "--force"]),
@@ -99,7 +121,8 @@ def test_every_verb_fails_with_one_error_line(run, token_dir, tmp_path, capsys):
     assert not bad, "\n".join(bad)
     assert sorted(p.name for p in run.iterdir()) == before  # nothing was written into the run
     assert (tmp_path / "afile.txt").read_text() == "not a folder\n"
-    leftovers = [p.name for p in tmp_path.iterdir() if p.name not in ("afile.txt", "adir", "t.yaml")]
+    leftovers = [p.name for p in tmp_path.iterdir()
+                 if p.name not in ("afile.txt", "adir", "t.yaml", "bin.yaml", "arm.yaml")]
     assert leftovers == [], leftovers  # no folder left behind by a refused command
 
 

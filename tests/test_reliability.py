@@ -386,3 +386,66 @@ def test_compare_counts_are_checked_up_front(done_run, tmp_path, capsys):
         assert cli(["compare", str(done_run), str(done_run), "--out", str(tmp_path / "c"), *extra]) == 2
         one_error(capsys)
         assert not (tmp_path / "c").exists()
+
+
+# ---- damaged runs and foreign bytes (found by an attack on the CLI, 2026-12-01) --------------------------------
+
+def _copy(done_run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    dst = tmp_path / "copy"
+    shutil.copytree(done_run, dst)
+    return dst
+
+
+def test_resume_after_config_yaml_was_edited_to_another_shape_is_one_error(tmp_path, done_run, capsys):
+    run = _copy(done_run, tmp_path)
+    cfg = (run / "config.yaml").read_text()
+    assert "d_model: 32" in cfg
+    (run / "config.yaml").write_text(cfg.replace("d_model: 32", "d_model: 64"))
+    assert cli(["train", "--resume", str(run), "--max-steps", "8"]) == 2
+    err = one_error(capsys)
+    assert "do not fit the model of" in err and "was config.yaml edited?" in err
+
+
+def test_metrics_lines_that_are_not_records_are_skipped_on_resume_and_plot(tmp_path, done_run, capsys):
+    run = _copy(done_run, tmp_path)
+    with open(run / "metrics.jsonl", "ab") as f:
+        f.write(b'[1, 2]\n"text"\n{"step": "x"}\n\xff\xfe not utf-8\n')
+    assert cli(["plot", str(run), "--out", str(tmp_path / "plots")]) == 0
+    assert cli(["train", "--resume", str(run), "--max-steps", "7"]) == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 7  # the foreign lines were dropped with the resume
+
+
+def test_a_summary_that_is_not_an_object_is_one_error_in_scaling(tmp_path, done_run, capsys):
+    run = _copy(done_run, tmp_path)
+    argv = ["scaling", str(run), str(done_run), "--baseline", "model.gamma=1.0", "--out", str(tmp_path / "sc")]
+    (run / "summary.json").write_text("[1]")
+    assert cli(argv) == 2
+    assert "summary.json: not a JSON object" in one_error(capsys)
+    (run / "summary.json").write_text('{"final_val_loss": "abc"}')
+    assert cli(argv) == 2
+    assert "is not a number" in one_error(capsys)
+
+
+def test_what_the_os_refuses_is_one_error_line_naming_the_file(tmp_path, done_run, capsys, monkeypatch):
+    def refused(run_dir):
+        raise PermissionError(13, "Permission denied", str(Path(run_dir) / "config.yaml"))
+
+    monkeypatch.setattr("smallinit.commands.plot.run", lambda args: refused(done_run))
+    assert cli(["plot", str(done_run), "--out", str(tmp_path / "p")]) == 2
+    assert one_error(capsys) == f"error: {done_run / 'config.yaml'}: Permission denied"
+
+
+def test_an_anchor_folder_is_continued_only_with_its_own_config(tmp_path, capsys):
+    small = ["--steps", "2", "--set", "n_train=64", "--set", "n_test=16", "--set", "eval_every=1", "--set",
+             "d_model=16", "--set", "n_layers=1", "--set", "n_heads=2", "--set", "d_ff=32", "--quiet"]
+    out = tmp_path / "anchor"
+    assert cli(["anchor", "--out", str(out), "--gamma", "1.0", *small]) == 0
+    result = (out / "result.json").read_text()
+    capsys.readouterr()
+    assert cli(["anchor", "--out", str(out), "--gamma", "0.5", *small]) == 2
+    assert "holds an anchor run with another config (gamma differ)" in one_error(capsys)
+    assert (out / "result.json").read_text() == result  # the finished result is kept
+    assert cli(["anchor", "--out", str(out), "--gamma", "1.0", *small, "--set", "threads=1"]) == 0  # same run

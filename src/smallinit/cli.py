@@ -77,6 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except (OSError, UnicodeDecodeError) as e:
+        # what the OS or a decoder refused (permissions, a file where a folder belongs, bytes that are not UTF-8):
+        # one line naming the file, as for our own errors; SMALLINIT_DEBUG=1 shows the traceback instead
+        if os.environ.get("SMALLINIT_DEBUG"):
+            raise
+        if isinstance(e, UnicodeDecodeError):
+            what = f"a file is not UTF-8 text ({e.reason} at byte {e.start})"
+        else:
+            what = f"{e.filename}: {e.strerror or e}" if e.filename else str(e.strerror or e)
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {what}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -32,7 +32,10 @@ def resolve_device(name: Any = "auto", *, fallback: bool = False, what: str = "d
         raise ConfigError(f"{what}={name} but no CUDA device is available")
     if name == "cuda":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device(name)
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"{what}={name!r}: not a device (auto, cpu, cuda, cuda:N, mps, ...)") from None
 
 
 __all__ = ["resolve_device"]

@@ -81,14 +81,17 @@ def json_safe(obj: Any) -> Any:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Records of a JSON-lines file (a torn or malformed line is skipped); [] when the file is absent."""
+    """The JSON objects of a JSON-lines file (a torn or malformed line, or one that is not an object, is skipped;
+    bytes that are not UTF-8 spoil only their line); [] when the file is absent."""
     p = Path(path)
     if not p.is_file():
         return []
     out = []
-    for line in p.read_text().splitlines():
+    for line in p.read_text(errors="replace").splitlines():
         try:
-            out.append(json.loads(line))
+            rec = json.loads(line)
         except ValueError:
             continue
+        if isinstance(rec, dict):
+            out.append(rec)
     return out

@@ -138,8 +138,10 @@ class OutputPlan:
 
 
 def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike] = (),
-                  force: bool = False, can_continue: bool = False, verb: str = "") -> OutputPlan:
-    """Apply the policy (module docstring) to the output folder ``out`` of ``kind``; ConfigError when refused.
+                  force: bool = False, can_continue: bool = False, verb: str = "",
+                  has_force: bool = True) -> OutputPlan:
+    """Apply the policy (module docstring) to the output folder ``out`` of ``kind``; ConfigError when refused
+    (``has_force``: whether the verb has a ``--force`` for the refusal to mention).
 
     ``inputs``: every path the command reads (run dirs, data dirs, checkpoints, files). An output that is,
     contains or lies inside one of them is refused whatever ``force`` says — unless the verb continues that very
@@ -175,7 +177,7 @@ def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | o
         raise ConfigError(f"{out} already holds {'a run' if kind == 'run' else what}; {hint}")
     held = f" (it holds {KIND_NAMES[found]})" if found else ""
     raise ConfigError(f"{out}: folder exists and is not empty{held}; {verb + ' ' if verb else ''}writes {what} only "
-                      f"into a new or empty folder{' or over a previous one with --force' if not can_continue else ''}"
+                      f"into a new or empty folder{' or over a previous one with --force' if has_force and not can_continue else ''}"
                       "; choose another folder")
 
 

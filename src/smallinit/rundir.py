@@ -61,12 +61,14 @@ def read_config(run_dir: str | os.PathLike) -> dict[str, Any]:
         return yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
         raise RunDirError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except UnicodeDecodeError:
+        raise RunDirError(f"{p}: not UTF-8 text") from None
 
 
 def _by_step(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     d = {}
     for r in records:
-        if isinstance(r.get("step"), int):
+        if isinstance(r, dict) and isinstance(r.get("step"), int):
             d[r["step"]] = r
     return [d[k] for k in sorted(d)]
 

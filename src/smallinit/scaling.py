@@ -297,6 +297,8 @@ def runs_table(run_dirs: list[Any]) -> list[RunPoint]:
         rd = Path(rd)
         config = read_config(rd)
         summary: dict[str, Any] = read_json(rd / "summary.json", strict=True) or {}
+        if not isinstance(summary, dict):
+            raise RunDirError(f"{rd / 'summary.json'}: not a JSON object (repair it with `smallinit doctor {rd}`)")
         note = ""
         loss = summary.get("final_val_loss")
         step = summary.get("step")
@@ -319,7 +321,11 @@ def runs_table(run_dirs: list[Any]) -> list[RunPoint]:
                 N = _count_non_embedding(model_cfg)
             except (ValueError, TypeError, AttributeError) as e:
                 raise RunDirError(f"{rd}: cannot count non-embedding parameters from its config ({e})") from None
-        out.append(RunPoint(run=str(rd), N=int(N), loss=None if loss is None else float(loss),
+        try:
+            loss = None if loss is None else float(loss)
+        except (TypeError, ValueError):
+            raise RunDirError(f"{rd / 'summary.json'}: final_val_loss {loss!r} is not a number") from None
+        out.append(RunPoint(run=str(rd), N=int(N), loss=loss,
                             step=None if step is None else int(step), completed=completed, config=config, note=note,
                             tokenizer=_tokenizer_of(rd), data=_data_identity(config),
                             tokens=_tokens_of(summary, config, step)))

@@ -45,10 +45,16 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
         p = Path(text)
         if not p.is_file():
             raise ConfigError(f"arm file {text} does not exist")
-        d = yaml.safe_load(p.read_text()) or {}
+        try:
+            d = yaml.safe_load(p.read_text()) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ConfigError(f"arm file {text}: not valid YAML text ({str(e).splitlines()[0]})") from None
         if not isinstance(d, dict) or "name" not in d:
             raise ConfigError(f"arm file {text}: needs `name:` and `overrides:`")
         ov = d.get("overrides") or []
+        if not isinstance(ov, (dict, list)):
+            raise ConfigError(f"arm file {text}: `overrides:` must be a mapping or a list of key=value, "
+                              f"not {type(ov).__name__}")
         ov = [f"{k}={v}" for k, v in ov.items()] if isinstance(ov, dict) else [str(x) for x in ov]
         return str(d["name"]), ov
     name, sep, rest = text.partition(":")

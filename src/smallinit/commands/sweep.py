@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.gflops is not None and not args.gflops > 0:
+        raise ConfigError(f"--gflops must be > 0, got {args.gflops}")
     spec = load_sweep(args.sweep)
     jobs = args.jobs or default_jobs(len(spec.runs))
     if args.dry_run:

@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from smallinit.errors import ConfigError
+from smallinit.rundir import read_json
 
 SHIFTS: dict[int, int] = {1: 5, 2: 1, 3: -2, 4: -8}
 ANCHORS: tuple[int, ...] = (1, 2, 3, 4)
@@ -110,6 +111,12 @@ class AnchorConfig:
             raise ConfigError(f"anchor: lr must be > 0, got {self.lr}")
         if not (0.0 <= self.stop_in_acc <= 1.0):
             raise ConfigError(f"anchor: stop_in_acc must be in [0, 1] (0 = off), got {self.stop_in_acc}")
+        if self.threads < 0:
+            raise ConfigError(f"anchor: threads must be >= 0 (0 = PyTorch's default), got {self.threads}")
+        try:
+            model_config(self).validate()  # gamma, norm_eps, gate, heads: the model's own checks, before any work
+        except ValueError as e:
+            raise ConfigError(f"anchor: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -205,14 +212,20 @@ def classify_answers(pred: torch.Tensor, data: AnchorData, trained: list[tuple[i
     return kinds
 
 
-def build_model(cfg: AnchorConfig):
-    """The Transformer of the task (untied head, ``gamma``/``norm_eps``/``gate`` from the config)."""
-    from smallinit.model import ModelConfig, Transformer
+def model_config(cfg: AnchorConfig):
+    """The task's :class:`~smallinit.model.ModelConfig`: untied head, ``gamma``/``norm_eps``/``gate`` from ``cfg``."""
+    from smallinit.model import ModelConfig
 
-    mc = ModelConfig(vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                     d_ff=cfg.d_ff, max_seq_len=cfg.seq_len, norm_eps=cfg.norm_eps, gate=cfg.gate,
-                     gamma=cfg.gamma, tie_embeddings=False)
-    return Transformer(mc)
+    return ModelConfig(vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                       d_ff=cfg.d_ff, max_seq_len=cfg.seq_len, norm_eps=cfg.norm_eps, gate=cfg.gate,
+                       gamma=cfg.gamma, tie_embeddings=False)
+
+
+def build_model(cfg: AnchorConfig):
+    """The Transformer of the task (:func:`model_config`)."""
+    from smallinit.model import Transformer
+
+    return Transformer(model_config(cfg))
 
 
 @torch.no_grad()
@@ -270,6 +283,11 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
         from smallinit.outputs import check_out_dir
 
         check_out_dir(out, "anchor", can_continue=True, verb="anchor")
+        before, now = read_json(out / "anchor.json"), json.loads(json.dumps(cfg.to_dict()))  # tuples as JSON lists
+        diff = sorted(k for k in set(before or {}) | set(now) if k != "threads" and (before or {}).get(k) != now.get(k))
+        if before is not None and diff:  # threads are not part of the run (a resumed reproduction may use others)
+            raise ConfigError(f"{out} holds an anchor run with another config ({', '.join(diff[:4])} differ); "
+                              "choose another --out")
         out.mkdir(parents=True, exist_ok=True)
         for f in ("metrics.jsonl", "result.json", "summary.json"):
             (out / f).unlink(missing_ok=True)  # an interrupted earlier attempt: start over
@@ -362,16 +380,11 @@ def _record(step: int, loss: float | None, lr: float, ev: dict[str, Any], t0: fl
 
 def anchor_flops(cfg: AnchorConfig) -> float:
     """Approximate training FLOPs of a run (6·N per token over the sequence, plus evaluations)."""
-    from smallinit.model import ModelConfig
-
-    mc = ModelConfig(vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                     d_ff=cfg.d_ff, max_seq_len=cfg.seq_len, norm_eps=cfg.norm_eps, gate=cfg.gate, gamma=cfg.gamma,
-                     tie_embeddings=False)
-    fpt = mc.flops_per_token(cfg.seq_len)  # counted from the config: no weights built
+    fpt = model_config(cfg).flops_per_token(cfg.seq_len)  # counted from the config: no weights built
     train = fpt * cfg.steps * cfg.batch_size * cfg.seq_len
     evals = (cfg.steps // cfg.eval_every + 2) * 3 * cfg.n_test * cfg.seq_len * fpt / 3
     return train + evals
 
 
 __all__ = ["ANCHORS", "ANSWER_KINDS", "AnchorConfig", "AnchorData", "SHIFTS", "anchor_flops", "build_model",
-           "classify_answers", "evaluate", "make_data", "target_of", "train_anchor", "train_pairs"]
+           "classify_answers", "evaluate", "make_data", "model_config", "target_of", "train_anchor", "train_pairs"]

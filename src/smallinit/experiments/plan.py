@@ -210,16 +210,28 @@ def describe_plan(plan: Plan, jobs: int) -> str:
 
 # ---- the corpus -------------------------------------------------------------------------------------------
 
+def check_corpus_path(p: Preset, corpus: str | os.PathLike | None, out: Path, planning: bool = False) -> Path:
+    """The data directory a reproduction will use (``corpus``, or ``OUT/../data/<name>``), refused before any work
+    when it is a file, a folder that is not a prepared one and not empty, or (unless only ``planning``: a dry run
+    prints the plan without data) missing for a preset with no corpus of its own."""
+    path = Path(corpus) if corpus else Path(out).parent / "data" / p.corpus.get("name", "stdlib")
+    if (path / "meta.json").is_file():
+        return path
+    if path.exists() and not path.is_dir():
+        raise DataError(f"--corpus {path}: a file, not a prepared data directory")
+    if path.is_dir() and any(path.iterdir()):
+        raise DataError(f"{path} exists but is not a prepared data directory (no meta.json)")
+    if not p.corpus.get("inputs") and not planning:
+        raise DataError(f"preset {p.name} has no default corpus: prepare one with `smallinit prepare` and pass --corpus")
+    return path
+
+
 def ensure_corpus(p: Preset, corpus: str | os.PathLike | None, out: Path, log: Callable[[str], None]) -> Path:
     """The prepared data directory to train on: ``corpus`` if it is one; else prepare the preset's default
     corpus (builtin:stdlib) into ``corpus`` or, when not given, into ``OUT/../data/<name>``."""
-    path = Path(corpus) if corpus else out.parent / "data" / p.corpus.get("name", "stdlib")
+    path = check_corpus_path(p, corpus, out)
     if (path / "meta.json").is_file():
         return path
-    if path.exists() and any(path.iterdir()):
-        raise DataError(f"{path} exists but is not a prepared data directory (no meta.json)")
-    if not p.corpus.get("inputs"):
-        raise DataError(f"preset {p.name} has no default corpus: prepare one with `smallinit prepare` and pass --corpus")
     from smallinit.data import prepare_corpus
 
     tokenizer = p.corpus.get("tokenizer", "bpe")
@@ -267,5 +279,6 @@ def corpus_note(p: Preset, corpus: Path) -> str | None:
             "stated time")
 
 
-__all__ = ["Plan", "anchor_config", "anchor_job", "check_corpus", "claim_arms", "corpus_note", "describe_plan", "ensure_corpus",
-           "lm_config", "lm_job", "make_plan", "phase2_jobs", "seeds_of_arm"]
+__all__ = ["Plan", "anchor_config", "anchor_job", "check_corpus", "check_corpus_path", "claim_arms", "corpus_note",
+           "describe_plan", "ensure_corpus", "lm_config", "lm_job", "make_plan", "phase2_jobs", "phase_wall_seconds",
+           "plan_wall_seconds", "seeds_of_arm"]

@@ -26,8 +26,9 @@ from smallinit.experiments.claims.context import ClaimContext, anchor_name, make
 from smallinit.experiments.claims.rules import INCONCLUSIVE, RULE, Verdict, seed_noise_floor
 from smallinit.experiments.cost import default_jobs, default_threads, fmt_seconds, measure_anchor_gflops, measure_gflops
 from smallinit.experiments.lr import plot_lr_sweep, select_anchor_lr, select_lr
-from smallinit.experiments.plan import (Plan, anchor_config, check_corpus, corpus_note, describe_plan, ensure_corpus,
-                                        lm_config, make_plan, phase2_jobs, phase_wall_seconds, plan_wall_seconds)
+from smallinit.experiments.plan import (Plan, anchor_config, check_corpus, check_corpus_path, corpus_note,
+                                        describe_plan, ensure_corpus, lm_config, make_plan, phase2_jobs,
+                                        phase_wall_seconds, plan_wall_seconds)
 from smallinit.experiments.presets import PAPER, Preset, arm, get_preset
 from smallinit.experiments.report import deciding_effect, write_report
 from smallinit.experiments.runner import JobRunner
@@ -355,6 +356,7 @@ def reproduce(preset: str | Preset, out: str | os.PathLike, corpus: str | os.Pat
     p = get_preset(preset, seeds)
     if hours is not None and not hours > 0:
         raise ConfigError(f"--hours must be > 0, got {hours}")
+    check_corpus_path(p, corpus, Path(out), planning=dry_run)
     rep = Reproduction(p, out, corpus, jobs=jobs, gflops=gflops, log=log, retry_failed=retry_failed, hours=hours)
     if dry_run:
         return rep.run(dry_run)

@@ -261,6 +261,8 @@ def load_sweep(path: str | os.PathLike) -> SweepSpec:
         d = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text") from None
     return parse_sweep(d, str(p), here=p.parent)
 
 

@@ -74,6 +74,7 @@ class TrainConfig:
     micro_batch_size: int = 0
     """Sequences per forward pass on one process (0 = batch_size / world_size, no accumulation)."""
     seed: int = 0
+    """Seeds the init draw and the data order (each step's batch is drawn from ``default_rng([seed, step])``)."""
     dtype: str = "fp32"
     """"fp32" or "bf16" (autocast; parameters, norms and the loss stay float32)."""
     compile: bool | str = "auto"
@@ -144,6 +145,8 @@ class RunConfig:
                      "train.progress_seconds": t.progress_seconds}.items():
             if v < 0:
                 raise ConfigError(f"{k} must be >= 0, got {v}")
+        if not 0 <= t.seed < 2**63:  # numpy's default_rng([seed, step]) takes non-negative 64-bit words
+            raise ConfigError(f"train.seed must be an integer in [0, 2^63), got {t.seed}")
         if not (o.lr > 0 and math.isfinite(o.lr)):
             raise ConfigError(f"optim.lr must be a finite number > 0, got {o.lr}")
         if not 0 <= o.min_lr_ratio <= 1:
@@ -319,6 +322,8 @@ def read_config_file(name_or_path: str | os.PathLike, _chain: tuple[str, ...] = 
         d = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text") from None
     if not isinstance(d, dict):
         raise ConfigError(f"{p}: a config must be a mapping of sections")
     base = d.pop("base", None)

@@ -308,7 +308,7 @@ class Trainer:
         from smallinit.outputs import check_out_dir
 
         try:
-            check_out_dir(self.run_dir, "run", inputs=[self.cfg.data.path], verb="train")
+            check_out_dir(self.run_dir, "run", inputs=[self.cfg.data.path], verb="train", has_force=False)
         except ConfigError as e:
             raise RunDirError(str(e)) from None
 
@@ -341,7 +341,13 @@ class Trainer:
         if self.model_cfg.tie_embeddings:
             tensors = {**tensors, "lm_head.weight": tensors["tok_emb.weight"]}
         opts = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(self.model, tensors, options=opts)
+        try:
+            set_model_state_dict(self.model, tensors, options=opts)
+        except RuntimeError as e:  # shapes or names differ: config.yaml no longer describes the checkpointed model
+            first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln or "key" in ln), "")
+            raise CheckpointError(f"{ckpt}: its weights do not fit the model of {self.run_dir / 'config.yaml'} "
+                                  f"({first[:160]}); was config.yaml edited? Restore it (the checkpoint keeps its "
+                                  "own copy) or start a new run") from None
         set_optimizer_state_dict(self.model, self.optimizer, data["optim"]["optimizer"], options=opts)
         torch.set_rng_state(data["optim"]["rng_cpu"])
         self.step = int(data["state"]["step"])
@@ -356,12 +362,12 @@ class Trainer:
         if not self.dist.is_main or not path.exists():
             return
         keep = []
-        for line in path.read_text().splitlines():
+        for line in path.read_text(errors="replace").splitlines():
             try:
                 if json.loads(line)["step"] <= step:
                     keep.append(line)
-            except (ValueError, KeyError):
-                continue  # a torn last line from a kill: dropped
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line from a kill (or any line that is not a record): dropped
         atomic_write_text(path, "".join(l + "\n" for l in keep))
 
     def save(self) -> Path | None:
