@@ -449,3 +449,18 @@ def test_an_anchor_folder_is_continued_only_with_its_own_config(tmp_path, capsys
     assert "holds an anchor run with another config (gamma differ)" in one_error(capsys)
     assert (out / "result.json").read_text() == result  # the finished result is kept
     assert cli(["anchor", "--out", str(out), "--gamma", "1.0", *small, "--set", "threads=1"]) == 0  # same run
+
+
+def test_unwritable_outputs_are_named_as_given(tmp_path, token_dir, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert train(afile / "sub", token_dir) == 2
+    assert one_error(capsys) == f"error: {afile / 'sub'}: cannot be created: {afile} is a file, not a folder"
+
+
+def test_a_hugging_face_config_with_impossible_values_is_one_error(tmp_path, capsys):
+    bad = tmp_path / "neg.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": -4}')
+    assert cli(["audit", str(bad)]) == 2
+    err = one_error(capsys)
+    assert err.startswith(f"error: {bad}: transformers") and "hidden" in err

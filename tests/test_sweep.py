@@ -143,6 +143,28 @@ def test_changed_config_for_an_existing_run_is_refused(tmp_path, token_dir):
         run_sweep(spec2, tmp_path, gflops=10, inprocess=True, log=logs.append)
 
 
+def test_another_sweep_into_a_sweep_folder_is_refused_and_a_grown_grid_continues(tmp_path, token_dir):
+    """Another grid in the same folder would drop the first sweep's runs from its summary: refused before any run;
+    the same grid with more runs continues."""
+    import json
+
+    from smallinit.errors import ConfigError
+    from smallinit.experiments.sweep import run_sweep
+
+    over = tiny_overrides(token_dir, **{"train.max_steps": 2, "train.ckpt_every": 2, "train.eval_every": 2})
+    first = parse_sweep({"base": "tiny", "overrides": over, "runs": [{"name": "a", "model.gamma": 0.5}]})
+    run_sweep(first, tmp_path, gflops=10, inprocess=True, log=lambda s: None)
+    sweep_json = (tmp_path / "sweep.json").read_text()
+    other = parse_sweep({"base": "tiny", "overrides": over, "runs": [{"name": "b", "model.gamma": 1.0}]})
+    with pytest.raises(ConfigError, match="holds another sweep .*its runs a are not in"):
+        run_sweep(other, tmp_path, gflops=10, inprocess=True, log=lambda s: None)
+    assert (tmp_path / "sweep.json").read_text() == sweep_json and not (tmp_path / "b").exists()
+    grown = parse_sweep({"base": "tiny", "overrides": over,
+                         "runs": [{"name": "a", "model.gamma": 0.5}, {"name": "b", "model.gamma": 1.0}]})
+    run_sweep(grown, tmp_path, gflops=10, inprocess=True, log=lambda s: None)
+    assert [r["name"] for r in json.loads((tmp_path / "sweep.json").read_text())["runs"]] == ["a", "b"]
+
+
 def test_summary_table_includes_probe_values(tmp_path):
     import json
 

@@ -153,8 +153,15 @@ def read_hf_config(path: str | os.PathLike):
     d = dict(d)
     model_type = d.pop("model_type")
     try:
+        from huggingface_hub.errors import StrictDataclassError  # transformers ≥ 5 validates its configs with it
+    except ImportError:  # pragma: no cover - older huggingface_hub
+        StrictDataclassError = ValueError
+    try:
         return AutoConfig.for_model(model_type, **d)
-    except (ValueError, KeyError) as e:
+    except StrictDataclassError as e:  # a known model type with impossible values
+        raise ConfigError(f"{f}: transformers refuses this {model_type!r} config ({' '.join(str(e).split())[:200]})"
+                          ) from None
+    except (ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"{f}: transformers cannot build model_type {model_type!r} "
                           f"({str(e).splitlines()[0][:160]}); custom-code models are not run") from None
 

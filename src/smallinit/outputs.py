@@ -107,11 +107,13 @@ def overlaps(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return ra == rb or ra in rb.parents or rb in ra.parents
 
 
-def _check_writable(path: Path) -> None:
-    """ConfigError unless a file can be created in the nearest existing ancestor of ``path``."""
-    anc = path.parent
+def _check_writable(folder: Path) -> None:
+    """ConfigError unless a file can be created in ``folder``, or in its nearest existing ancestor when it does not
+    exist yet (the folder and the ones above it will be made)."""
+    anc = folder
     while not anc.exists() and anc != anc.parent:
         anc = anc.parent
+    path = folder
     if not anc.is_dir():
         raise ConfigError(f"{path}: cannot be created: {anc} is a file, not a folder")
     try:
@@ -162,23 +164,23 @@ def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | o
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is a file, not a folder; choose a folder name")
     if not out.exists() or _is_empty_dir(out):
-        _check_writable(out / "x")
+        _check_writable(out)
         return OutputPlan(out, kind, "new")
     found = output_kind(out)
     if found == kind:
         if can_continue:
-            _check_writable(out / "x")
+            _check_writable(out)
             return OutputPlan(out, kind, "continue")
         if force:
-            _check_writable(out)
+            _check_writable(out.parent)  # the replacement is written beside and renamed into place
             return OutputPlan(out, kind, "replace")
         hint = {"run": f"use `smallinit train --resume {out}` or a new --out"}.get(kind, "choose a new folder or "
                                                                                         "pass --force to replace it")
         raise ConfigError(f"{out} already holds {'a run' if kind == 'run' else what}; {hint}")
     held = f" (it holds {KIND_NAMES[found]})" if found else ""
+    force_hint = " or over a previous one with --force" if has_force and not can_continue else ""
     raise ConfigError(f"{out}: folder exists and is not empty{held}; {verb + ' ' if verb else ''}writes {what} only "
-                      f"into a new or empty folder{' or over a previous one with --force' if has_force and not can_continue else ''}"
-                      "; choose another folder")
+                      f"into a new or empty folder{force_hint}; choose another folder")
 
 
 def check_out_file(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike] = ()) -> Path:
@@ -194,9 +196,7 @@ def check_out_file(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | 
         if _file_kind(out) != kind:
             raise ConfigError(f"{out}: exists and is not {KIND_NAMES.get(kind, kind)}; refusing to overwrite it "
                               "(choose another name or remove it)")
-        _check_writable(out)
-    else:
-        _check_writable(out)
+    _check_writable(out.parent)  # written beside and renamed into place
     return out
 
 

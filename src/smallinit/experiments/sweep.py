@@ -51,7 +51,7 @@ from smallinit.experiments.cost import default_threads, fmt_seconds, measure_gfl
 from smallinit.experiments.job import Job
 from smallinit.experiments.runner import JobResult, JobRunner
 from smallinit.io import atomic_write_json, atomic_write_text
-from smallinit.rundir import collect_run, config_mismatch, read_jsonl, run_state, summarize_probe_record
+from smallinit.rundir import collect_run, config_mismatch, read_json, read_jsonl, run_state, summarize_probe_record
 from smallinit.train.config import RunConfig
 
 SWEEP_KEYS = ("base", "overrides", "grid", "runs")
@@ -304,6 +304,11 @@ def run_sweep(spec: SweepSpec, out_dir: str | os.PathLike, jobs: int = 1, *, ret
 def _run_sweep_locked(spec: SweepSpec, out: Path, jobs: int, retry_failed: bool, gflops: float | None,
                       log: Callable[[str], None] | None, inprocess: bool) -> dict[str, JobResult]:
     log = log or (lambda s: print(s, flush=True))
+    before = read_json(out / "sweep.json") or {}
+    gone = sorted({r.get("name") for r in before.get("runs", []) if isinstance(r, dict)} - {r.name for r in spec.runs})
+    if gone:  # another sweep's folder: its runs would drop out of the summary (a grid may grow, not change)
+        raise ConfigError(f"{out} holds another sweep (from {before.get('source')}; its runs {', '.join(gone[:3])}"
+                          f"{' …' if len(gone) > 3 else ''} are not in {spec.source}); choose another --out")
     if gflops is None:
         gflops = measure_gflops(spec.runs[0].config, threads=default_threads(jobs))
         log(f"[sweep] measured {gflops:.1f} GFLOP/s on this machine (for the time estimates)")
