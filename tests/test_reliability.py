@@ -406,6 +406,13 @@ def test_resume_after_config_yaml_was_edited_to_another_shape_is_one_error(tmp_p
     assert cli(["train", "--resume", str(run), "--max-steps", "8"]) == 2
     err = one_error(capsys)
     assert "do not fit the model of" in err and "was config.yaml edited?" in err
+    assert cli(["doctor", str(run)]) != 0
+    out = capsys.readouterr().out
+    assert "config.yaml's model differs from the newest checkpoint's copy (d_model: 64 here, 32 there)" in out
+    assert "cp " in out and "step_00000006/config.yaml" in out  # how to restore it
+    (run / "config.yaml").write_text("")
+    assert cli(["train", "--resume", str(run)]) == 2
+    assert "has no model/data sections" in one_error(capsys)
 
 
 def test_metrics_lines_that_are_not_records_are_skipped_on_resume_and_plot(tmp_path, done_run, capsys):

@@ -134,10 +134,24 @@ def _check_config(rep: DoctorReport, rd: Path, good_ckpts: list[Path]):
         rep.add(PROBLEM, "config.yaml is missing", restore)
         return None
     try:
-        cfg = config_from_dict(read_config_file(path))
+        raw = read_config_file(path)
+        cfg = config_from_dict(raw)
     except SmallinitError as e:
         rep.add(PROBLEM, f"config.yaml does not load: {e}", restore)
         return None
+    if not raw.get("model") or not raw.get("data"):
+        rep.add(PROBLEM, "config.yaml has no model/data sections (emptied or truncated?)", restore)
+        return None
+    if good_ckpts:  # the checkpoint's own copy says what model its weights are
+        saved = (read_config_file(good_ckpts[-1] / "config.yaml") if (good_ckpts[-1] / "config.yaml").is_file()
+                 else {}).get("model") or {}
+        changed = sorted(k for k in saved if raw["model"].get(k, saved[k]) != saved[k])
+        if changed:
+            k, more = changed[0], f"; {len(changed) - 1} more" if len(changed) > 1 else ""
+            rep.add(PROBLEM, f"config.yaml's model differs from the newest checkpoint's copy ({k}: "
+                             f"{raw['model'][k]!r} here, {saved[k]!r} there{more}): a resume cannot load its weights",
+                    restore)
+            return None
     t = cfg.train
     rep.add(OK, f"config.yaml loads (max_steps {t.max_steps}, batch {t.batch_size}, seq_len {cfg.data.seq_len}, "
                 f"gamma {cfg.model.gamma})")

@@ -160,7 +160,11 @@ class Trainer:
                 raise RunDirError(f"{self.run_dir}: nothing to resume (no config.yaml)")
             from smallinit.train.config import read_config_file
 
-            cfg = config_from_dict(read_config_file(cfg_path))
+            raw = read_config_file(cfg_path)
+            if not raw.get("model") or not raw.get("data"):  # a run always writes every section
+                raise RunDirError(f"{cfg_path}: has no model/data sections (emptied or truncated?); the newest "
+                                  f"checkpoint keeps a copy: see `smallinit doctor {self.run_dir}`")
+            cfg = config_from_dict(raw)
             # the parallel mode belongs to the launch, not the run: a DDP/FSDP run resumes in one process
             # (full-state-dict checkpoints load at any world size) and a single-process run under torchrun
             world = int(os.environ.get("WORLD_SIZE", "1"))
