@@ -439,7 +439,7 @@ def test_probe_cli_errors(runs, tmp_path, capsys):
     from smallinit.cli import main
 
     assert main(["probe", str(runs[0]), "--data", str(tmp_path)]) == 2
-    assert "give --data" in capsys.readouterr().err
+    assert f"{tmp_path}: not a prepared data directory (no meta.json; --data)" in capsys.readouterr().err
     assert main(["probe", str(runs[0]), "--ckpt", "7"]) == 2
     assert "no checkpoint at step 7" in capsys.readouterr().err
 

@@ -471,3 +471,27 @@ def test_a_hugging_face_config_with_impossible_values_is_one_error(tmp_path, cap
     assert cli(["audit", str(bad)]) == 2
     err = one_error(capsys)
     assert err.startswith(f"error: {bad}: transformers") and "hidden" in err
+
+
+def test_a_relative_data_path_resolves_from_another_folder(tmp_path, token_dir, monkeypatch, capsys):
+    """A run started with a relative data.path resumes, probes and compares from any folder: the run records the
+    folder it was started in (origin.json); config.yaml keeps data.path as written (the run's identity)."""
+    import shutil
+
+    import yaml
+
+    home = tmp_path / "home"
+    shutil.copytree(token_dir, home / "data" / "tok")
+    monkeypatch.chdir(home)
+    over = tiny_overrides(Path("data/tok"), **{"train.max_steps": 4, "train.ckpt_every": 2, "train.eval_every": 2})
+    assert cli(["train", "--config", "tiny", "--out", "runs/r", *over]) == 0
+    run = home / "runs" / "r"
+    assert json.loads((run / "origin.json").read_text()) == {"cwd": str(home)}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert cli(["train", "--resume", str(run), "--max-steps", "6"]) == 0
+    assert yaml.safe_load((run / "config.yaml").read_text())["data"]["path"] == "data/tok"
+    assert json.loads((run / "origin.json").read_text()) == {"cwd": str(home)}  # not moved by the resume
+    assert cli(["probe", str(run)]) == 0
+    assert cli(["compare", str(run), str(run), "--tokens", "64", "--bins", "2", "--out", str(elsewhere / "c")]) == 0

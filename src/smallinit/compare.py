@@ -442,6 +442,7 @@ def score_models(
     from smallinit.checkpoint import model_from_state, read_checkpoint, resolve_checkpoint
     from smallinit.data import TokenData, val_batches
     from smallinit.errors import DataError
+    from smallinit.rundir import run_data_path
     from smallinit.train.config import config_diff
 
     t0 = time.perf_counter()
@@ -475,9 +476,9 @@ def score_models(
     cfg_b = runs["B"]["config"]
     # 3. the data: B's by default; must be tokenized with the runs' tokenizer
     if data_dir is None:
-        data_dir = (cfg_b.get("data") or {}).get("path")
-        if not data_dir:
+        if not (cfg_b.get("data") or {}).get("path"):
             raise DataError("run B's config names no data.path; pass the validation data directory explicitly")
+        data_dir = str(run_data_path(runs["B"]["run_dir"], cfg_b))
         if not Path(data_dir).is_dir():
             raise DataError(f"data directory {data_dir!r} from run B's config not found; pass it explicitly (--data)")
     td = TokenData(data_dir)

@@ -65,6 +65,25 @@ def read_config(run_dir: str | os.PathLike) -> dict[str, Any]:
         raise RunDirError(f"{p}: not UTF-8 text") from None
 
 
+ORIGIN = "origin.json"
+"""A run's launch record: ``{"cwd": the folder `train` ran in}``, so that a relative ``data.path`` still resolves
+when the run is resumed, probed or compared from another folder."""
+
+
+def run_data_path(run_dir: str | os.PathLike, config: dict[str, Any] | None = None) -> Path:
+    """The prepared data folder of a run: its ``data.path`` as written when that resolves from here (absolute, or
+    relative to the current folder); else relative to the folder the run was started in (:data:`ORIGIN`); else as
+    written (the caller reports it missing)."""
+    config = config if config is not None else read_config(run_dir)
+    path = Path(str((config.get("data") or {}).get("path", "")))
+    if path.is_absolute() or (path / "meta.json").is_file():
+        return path
+    cwd = (read_json(Path(run_dir) / ORIGIN) or {}).get("cwd")
+    if cwd and (Path(cwd) / path / "meta.json").is_file():
+        return Path(cwd) / path
+    return path
+
+
 def _by_step(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     d = {}
     for r in records:

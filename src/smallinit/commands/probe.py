@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from smallinit.errors import ConfigError, DataError
     from smallinit.io import atomic_write_json
     from smallinit.probes.training import compute_probes, probe_batch
+    from smallinit.rundir import run_data_path
 
     from smallinit.outputs import check_out_file
 
@@ -90,9 +91,11 @@ def run(args: argparse.Namespace) -> int:
     step = int(data["state"]["step"])
     run_dir = ckpt.parent.parent
     dcfg = cfg.get("data", {})
-    data_path = Path(args.data or dcfg.get("path", ""))
+    data_path = Path(args.data) if args.data else run_data_path(run_dir, cfg)
     if not (data_path / "meta.json").is_file():
-        raise DataError(f"data directory {str(data_path)!r} (the run's data.path) not found; give --data DIR")
+        what = "--data" if args.data else "the run's data.path"
+        raise DataError(f"{data_path}: not a prepared data directory (no meta.json; {what})"
+                        + ("" if args.data else "; give --data DIR"))
     tokens = TokenData(data_path)
     vocab = cfg["model"]["vocab_size"]
     if tokens.vocab_size != vocab:

@@ -4,7 +4,8 @@ validation, atomic checkpoints, exact resume, a divergence guard and optional DD
     trainer = Trainer(load_config("tiny", ["train.max_steps=100"]), "runs/tiny")
     summary = trainer.run()
 
-Everything a run produces lives in its directory: ``config.yaml``, ``tokenizer.json``, ``metrics.jsonl``,
+Everything a run produces lives in its directory: ``config.yaml``, ``origin.json`` (the folder ``train`` ran in: a
+relative ``data.path`` resolves from it when the run is resumed elsewhere), ``tokenizer.json``, ``metrics.jsonl``,
 ``checkpoints/``, ``summary.json`` (written when the run completes), ``diverged.json`` (written when the run
 stopped on a non-finite or diverged loss) and whatever callbacks (probes) add.
 
@@ -54,6 +55,7 @@ from smallinit.model.moe import update_expert_bias
 from smallinit.train import distributed as dist_utils
 from smallinit.train.compile import compile_module, resolve_compile
 from smallinit.train.config import RunConfig, config_from_dict, save_config
+from smallinit.rundir import ORIGIN, run_data_path
 from smallinit.train.host import keep_freed_memory
 from smallinit.train.schedule import lr_at
 from smallinit.device import resolve_device as _resolve_device
@@ -182,6 +184,9 @@ class Trainer:
                                   f"{cfg.train.max_steps}; --max-steps only extends a run")
             cfg.train.max_steps = max_steps
         self.cfg = cfg
+        # where the tokens are: data.path as written, resolved against the run's launch folder on resume (a relative
+        # path, resumed from another folder); config.yaml keeps data.path as written (part of the run's identity)
+        self.data_path = run_data_path(self.run_dir, cfg.to_dict()) if resume else Path(cfg.data.path)
         self.step = 0
         self.model: Transformer | None = None
 
@@ -233,7 +238,7 @@ class Trainer:
         self.micro_batch = mb
         self.accum = c.train.batch_size // (W * mb)
 
-        self.data = TokenData(c.data.path)
+        self.data = TokenData(self.data_path)
         # the data decides the vocabulary; the model must cover the window length
         c.model.vocab_size = self.data.vocab_size
         c.model.max_seq_len = max(c.model.max_seq_len, c.data.seq_len)
@@ -320,7 +325,9 @@ class Trainer:
         if not self.dist.is_main:
             return
         save_config(self.cfg, self.run_dir / "config.yaml")
-        tok = Path(self.cfg.data.path) / "tokenizer.json"
+        if not self.resume:  # where a relative data.path is relative to (rundir.run_data_path)
+            atomic_write_json(self.run_dir / ORIGIN, {"cwd": os.getcwd()})
+        tok = self.data_path / "tokenizer.json"
         if tok.is_file():
             atomic_write_text(self.run_dir / "tokenizer.json", tok.read_text())
 
@@ -426,7 +433,7 @@ class Trainer:
         if total[1].item() == 0:
             from smallinit.errors import DataError
 
-            raise DataError(f"the validation split of {c.data.path} has no windows for batches "
+            raise DataError(f"the validation split of {self.data_path} has no windows for batches "
                             f"{skip_batches}..{skip_batches + n - 1} at seq_len {c.data.seq_len}; "
                             "lower data.val_batches / data.tune_batches or prepare a larger --val-fraction")
         return (total[0] / total[1]).item()
