@@ -495,3 +495,15 @@ def test_a_relative_data_path_resolves_from_another_folder(tmp_path, token_dir, 
     assert json.loads((run / "origin.json").read_text()) == {"cwd": str(home)}  # not moved by the resume
     assert cli(["probe", str(run)]) == 0
     assert cli(["compare", str(run), str(run), "--tokens", "64", "--bins", "2", "--out", str(elsewhere / "c")]) == 0
+
+
+def test_our_warnings_are_one_line(tmp_path, done_run, capsys):
+    """A resume that falls back past a damaged checkpoint says so in one `warning:` line, not Python's
+    file:line: UserWarning format with the source line."""
+    run = _copy(done_run, tmp_path)
+    newest = sorted((run / "checkpoints").iterdir())[-1]
+    (newest / "model.safetensors").write_bytes(b"\0" * 64)
+    assert cli(["train", "--resume", str(run), "--max-steps", "8"]) == 0
+    err = capsys.readouterr().err
+    assert [l for l in err.splitlines() if "skipping bad checkpoint" in l][0].startswith("warning: skipping")
+    assert "UserWarning" not in err and "warnings.warn(" not in err

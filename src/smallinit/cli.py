@@ -56,6 +56,26 @@ def build_parser(verbs: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    python_show = warnings.showwarning
+    package = os.path.dirname(os.path.abspath(__file__))
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        """Our own warnings as one ``warning:`` line; other libraries' in Python's format."""
+        if os.path.abspath(str(filename)).startswith(package + os.sep):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            python_show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        return _main(argv)
+    finally:
+        warnings.showwarning = python_show
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Build only the requested verb's parser when we can (fast start, isolated imports).
     verbs = [argv[0]] if argv and argv[0] in VERBS else None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 
 HELP = "tokenize text corpora into memory-mapped train/val token files (+ tokenizer, meta.json)"
 
@@ -74,30 +73,23 @@ def run(args: argparse.Namespace) -> int:
     from smallinit.data import DataWarning, prepare_corpus
     from smallinit.data.prepare import BPE_SAMPLE_BYTES
 
-    def show(message, category, filename, lineno, file=None, line=None):
-        print(f"warning: {message}", file=sys.stderr)
-
-    warnings.simplefilter("always", DataWarning)
-    old_show, warnings.showwarning = warnings.showwarning, show
-    try:
-        meta = prepare_corpus(
-            args.inputs,
-            args.out,
-            tokenizer=args.tokenizer,
-            vocab_size=args.vocab_size,
-            val_fraction=args.val_fraction,
-            weights=args.weights,
-            text_field=args.text_field,
-            seed=args.seed,
-            num_workers=args.workers,
-            progress=not args.no_progress,
-            max_bytes=args.max_bytes,
-            bpe_sample_bytes=args.bpe_sample_bytes or BPE_SAMPLE_BYTES,
-            command=command_line(args),
-            force=args.force,
-        )
-    finally:
-        warnings.showwarning = old_show
+    warnings.simplefilter("always", DataWarning)  # shown as `warning:` lines by the CLI (cli.main)
+    meta = prepare_corpus(
+        args.inputs,
+        args.out,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        val_fraction=args.val_fraction,
+        weights=args.weights,
+        text_field=args.text_field,
+        seed=args.seed,
+        num_workers=args.workers,
+        progress=not args.no_progress,
+        max_bytes=args.max_bytes,
+        bpe_sample_bytes=args.bpe_sample_bytes or BPE_SAMPLE_BYTES,
+        command=command_line(args),
+        force=args.force,
+    )
     print(summary(meta, args.out))
     return 0
 
