@@ -507,3 +507,18 @@ def test_our_warnings_are_one_line(tmp_path, done_run, capsys):
     err = capsys.readouterr().err
     assert [l for l in err.splitlines() if "skipping bad checkpoint" in l][0].startswith("warning: skipping")
     assert "UserWarning" not in err and "warnings.warn(" not in err
+
+
+def test_overrides_may_follow_options(tmp_path, token_dir, capsys):
+    """`train --config tiny model.gamma=0.5 --out DIR data.path=...`: overrides before and after an option all
+    apply; an unknown option is still argparse's one error."""
+    import yaml
+
+    over = tiny_overrides(token_dir, **{"train.max_steps": 2})
+    assert cli(["train", "--config", "tiny", "model.gamma=0.5", "--out", str(tmp_path / "r"), *over]) == 0
+    cfg = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
+    assert cfg["model"]["gamma"] == 0.5 and cfg["data"]["path"] == str(token_dir)
+    with pytest.raises(SystemExit) as e:
+        cli(["train", "--config", "tiny", "--out", str(tmp_path / "r2"), "--no-such-flag", *over])
+    assert e.value.code == 2 and "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists()

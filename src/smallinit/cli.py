@@ -80,7 +80,14 @@ def _main(argv: list[str] | None) -> int:
     # Build only the requested verb's parser when we can (fast start, isolated imports).
     verbs = [argv[0]] if argv and argv[0] in VERBS else None
     parser = build_parser(verbs)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # dotted overrides may come after options too (`train --config tiny model.gamma=0.5 --out runs/x data.path=d`):
+    # argparse takes a positional list only once, so the later ones arrive here and join it
+    if extra and isinstance(getattr(args, "overrides", None), list) and all(
+            "=" in x and not x.startswith("-") for x in extra):
+        args.overrides += extra
+    elif extra:
+        parser.parse_args(argv)  # argparse's own one-line error for what it does not know (exit 2)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
