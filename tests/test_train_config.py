@@ -86,4 +86,3 @@ def test_schedule_values():
     assert lr_at(0, 10, const) == 2.0 and lr_at(9, 10, const) == 2.0
     lrs = [lr_at(s, 200, cos) for s in range(10, 200)]
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))  # monotone decay after warmup
-
