@@ -31,6 +31,8 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
     yaml_task.write_text("file: x.jsonl\nquestion: q\nchoices: c\nlabel: l\n")
     binary = tmp / "bin.yaml"
     binary.write_bytes(bytes(range(128, 256)) * 4)
+    sweep_nodata = tmp / "nodata.yaml"
+    sweep_nodata.write_text(f"base: tiny\noverrides: [data.path={missing}]\ngrid:\n  model.gamma: [0.5, 1.0]\n")
     arm_yaml = tmp / "arm.yaml"
     arm_yaml.write_text("name: b\noverrides: 5\n")
     return [
@@ -41,6 +43,7 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
         ("train: config not UTF-8", ["train", "--config", str(binary), "--out", str(tmp / "t5")]),
         ("init-report: config not UTF-8", ["init-report", "--config", str(binary)]),
         ("sweep: spec not UTF-8", ["sweep", str(binary), "--out", str(tmp / "w2")]),
+        ("sweep: a run's data missing", ["sweep", str(sweep_nodata), "--out", str(tmp / "w4"), "--gflops", "1"]),
         ("sweep: negative gflops", ["sweep", str(yaml_task), "--out", str(tmp / "w3"), "--dry-run", "--gflops", "-5"]),
         ("probe: unknown device", ["probe", str(run), "--device", "bogus"]),
         ("anchor: negative gamma", ["anchor", "--out", str(tmp / "an1"), "--gamma", "-1"]),
@@ -122,7 +125,7 @@ def test_every_verb_fails_with_one_error_line(run, token_dir, tmp_path, capsys):
     assert sorted(p.name for p in run.iterdir()) == before  # nothing was written into the run
     assert (tmp_path / "afile.txt").read_text() == "not a folder\n"
     leftovers = [p.name for p in tmp_path.iterdir()
-                 if p.name not in ("afile.txt", "adir", "t.yaml", "bin.yaml", "arm.yaml")]
+                 if p.name not in ("afile.txt", "adir", "t.yaml", "bin.yaml", "arm.yaml", "nodata.yaml")]
     assert leftovers == [], leftovers  # no folder left behind by a refused command
 
 

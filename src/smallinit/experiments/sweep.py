@@ -286,7 +286,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | os.PathLike, jobs: int = 1, *, ret
               inprocess: bool = False) -> dict[str, JobResult]:
     """Run (or resume) every run of ``spec`` under ``out_dir``; write ``summary.csv`` and ``summary.md``
     (also after each finished run, so the table is current if the sweep is stopped)."""
-    from smallinit.errors import ConfigError
+    from smallinit.errors import ConfigError, DataError
     from smallinit.outputs import check_out_dir
     from smallinit.train.loop import RunLock
 
@@ -296,6 +296,10 @@ def run_sweep(spec: SweepSpec, out_dir: str | os.PathLike, jobs: int = 1, *, ret
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     if gflops is not None and not gflops > 0:
         raise ConfigError(f"--gflops must be > 0, got {gflops}")
+    for r in spec.runs:  # the data of every run still to train, before the folder and the first run
+        if run_state(out / r.name) != "done" and not (Path(r.config.data.path) / "meta.json").is_file():
+            raise DataError(f"run {r.name}: data.path {r.config.data.path} is not a prepared data directory "
+                            "(no meta.json); run smallinit prepare")
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):  # a second sweep on the same folder is refused with the holder's pid
         return _run_sweep_locked(spec, out, jobs, retry_failed, gflops, log, inprocess)
