@@ -183,7 +183,7 @@ def test_out_dir_with_another_spec_or_foreign_files_is_refused(token_dir, tmp_pa
 
 def test_adding_an_arm_continues_but_changing_one_is_refused(token_dir, tmp_path):
     from smallinit.errors import RunDirError
-    from smallinit.experiments.crossover import _check_out
+    from smallinit.experiments.crossover import check_output
     from smallinit.io import atomic_write_json
 
     out = tmp_path / "x"
@@ -192,18 +192,18 @@ def test_adding_an_arm_continues_but_changing_one_is_refused(token_dir, tmp_path
     atomic_write_json(out / "crossover.spec.json", spec.to_dict())
     more = _spec(token_dir)
     more.arms["gate-only"] = ["model.gamma=0.5", "model.gate=elementwise"]
-    _check_out(out, more)  # adds an arm: accepted
+    check_output(out, more)  # adds an arm: accepted
     changed = _spec(token_dir)
     changed.arms["small"] = ["model.gamma=1.25"]
     with pytest.raises(RunDirError, match="arm small"):
-        _check_out(out, changed)
+        check_output(out, changed)
     other_cooldown = _spec(token_dir, cooldown=0.3)
     with pytest.raises(RunDirError, match="cooldown"):
-        _check_out(out, other_cooldown)
+        check_output(out, other_cooldown)
     other_base = _spec(token_dir)
     other_base.overrides = other_base.overrides + ["optim.weight_decay=0.0"]
     with pytest.raises(RunDirError, match="overrides"):
-        _check_out(out, other_base)
+        check_output(out, other_base)
 
 
 def test_a_larger_budget_extends_the_trunks_and_reuses_every_finished_run(token_dir, tmp_path):

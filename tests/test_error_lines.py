@@ -31,6 +31,9 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
     yaml_task.write_text("file: x.jsonl\nquestion: q\nchoices: c\nlabel: l\n")
     binary = tmp / "bin.yaml"
     binary.write_bytes(bytes(range(128, 256)) * 4)
+    busy = tmp / "busy"
+    busy.mkdir(exist_ok=True)
+    (busy / "notes.txt").write_text("mine\n")
     sweep_nodata = tmp / "nodata.yaml"
     sweep_nodata.write_text(f"base: tiny\noverrides: [data.path={missing}]\ngrid:\n  model.gamma: [0.5, 1.0]\n")
     arm_yaml = tmp / "arm.yaml"
@@ -53,6 +56,10 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
                                          "--out", str(tmp / "rp2")]),
         ("reproduce: corpus is a file (dry run)", ["reproduce", "--preset", "demo", "--corpus", str(afile),
                                                    "--out", str(tmp / "rp3"), "--dry-run"]),
+        ("reproduce: dry run into a foreign folder", ["reproduce", "--preset", "demo", "--out", str(busy),
+                                                      "--gflops", "1", "--dry-run"]),
+        ("crossover: dry run into a foreign folder", ["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens",
+                                                      "1M", "--out", str(busy), "--dry-run"]),
         ("crossover: arm overrides not a list", ["crossover", "a:model.gamma=1", str(arm_yaml), "--tokens", "1M",
                                                  "--out", str(tmp / "x3")]),
         ("prepare: missing input", ["prepare", missing, "--out", str(tmp / "p1")]),
@@ -125,7 +132,7 @@ def test_every_verb_fails_with_one_error_line(run, token_dir, tmp_path, capsys):
     assert sorted(p.name for p in run.iterdir()) == before  # nothing was written into the run
     assert (tmp_path / "afile.txt").read_text() == "not a folder\n"
     leftovers = [p.name for p in tmp_path.iterdir()
-                 if p.name not in ("afile.txt", "adir", "t.yaml", "bin.yaml", "arm.yaml", "nodata.yaml")]
+                 if p.name not in ("afile.txt", "adir", "t.yaml", "bin.yaml", "arm.yaml", "nodata.yaml", "busy")]
     assert leftovers == [], leftovers  # no folder left behind by a refused command
 
 

@@ -254,7 +254,7 @@ def tune_learning_rates(spec: CrossoverSpec, out: Path, workers: int, threads: i
     return {arm: t["chosen"] for arm, t in collect_tuning(spec, out).items()}
 
 
-def _check_out(out: Path, spec: CrossoverSpec, inputs: tuple[str, ...] = ()) -> None:
+def check_output(out: Path, spec: CrossoverSpec, inputs: tuple[str, ...] = ()) -> None:
     """OUT must be new, empty, or a crossover with the same base settings, which is then continued: arms and seeds
     may be added and the budgets changed (a larger D extends the trunks; finished runs are reused), but the base
     config, the overrides, the cooldown fraction and every earlier arm's overrides must stay as they were."""
@@ -315,7 +315,7 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
     spec.validate()
     out = Path(out_dir)
     trunks, branches, budgets = plan_jobs(spec, out)  # config errors surface before any folder exists
-    _check_out(out, spec, inputs=tuple(sorted({j.config["data"]["path"] for j in trunks})))
+    check_output(out, spec, inputs=tuple(sorted({j.config["data"]["path"] for j in trunks})))
     _check_data(trunks)
     if not spec.lrs:
         _check_reuse(trunks, branches)

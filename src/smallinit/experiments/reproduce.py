@@ -358,9 +358,10 @@ def reproduce(preset: str | Preset, out: str | os.PathLike, corpus: str | os.Pat
         raise ConfigError(f"--hours must be > 0, got {hours}")
     check_corpus_path(p, corpus, Path(out), planning=dry_run)
     rep = Reproduction(p, out, corpus, jobs=jobs, gflops=gflops, log=log, retry_failed=retry_failed, hours=hours)
+    # what the real run would refuse, the dry run refuses too (it writes nothing either way)
+    check_out_dir(out, "reproduce", inputs=[corpus] if corpus else [], can_continue=True, verb="reproduce")
     if dry_run:
         return rep.run(dry_run)
-    check_out_dir(out, "reproduce", inputs=[corpus] if corpus else [], can_continue=True, verb="reproduce")
     Path(out).mkdir(parents=True, exist_ok=True)
     with RunLock(Path(out)):  # a second reproduce on the same folder is refused with the holder's pid
         return rep.run(dry_run)
