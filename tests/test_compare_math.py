@@ -243,3 +243,14 @@ def test_window_bootstrap_is_wider_than_token_bootstrap_when_windows_share_conte
     tok = compare_token_scores(-loss_a, -loss_b, n_boot=300)["overall"]["loss_gain"]["ci95"]
     byw = compare_token_scores(-loss_a, -loss_b, n_boot=300, windows=win)["overall"]["loss_gain"]["ci95"]
     assert (byw[1] - byw[0]) > 4 * (tok[1] - tok[0])
+
+
+def test_the_bins_figure_names_what_it_binned_by():
+    """With a reference model the primary bins are its loss quantiles; the figure's axis must say so (it said
+    (ℓ_A + ℓ_B)/2, the secondary table's binning, under reference bins)."""
+    from smallinit.figures import difficulty_label
+
+    rng = np.random.default_rng(0)
+    a, b, r = (np.log(rng.uniform(0.05, 1.0, 400)) for _ in range(3))
+    assert "(ℓ_A + ℓ_B)/2" in difficulty_label(compare_token_scores(a, b, n_bins=4, n_boot=50))
+    assert "reference" in difficulty_label(compare_token_scores(a, b, n_bins=4, n_boot=50, reference_logp=r))

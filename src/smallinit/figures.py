@@ -118,6 +118,14 @@ def write_html(path: str | os.PathLike, title: str, body: Sequence[str], css: st
 
 # ---- shared figures ------------------------------------------------------------------------------------
 
+def difficulty_label(res: dict) -> str:
+    """What a comparison's primary bins are quantiles of: the reference model's loss when one was scored (the
+    (ℓ_A + ℓ_B)/2 bins are then the secondary ``bins_mean_difficulty``), else (ℓ_A + ℓ_B)/2."""
+    if "bins_mean_difficulty" in res:
+        return "token difficulty: the reference model's loss ℓ_ref, quantile bins (nats)"
+    return "token difficulty (ℓ_A + ℓ_B)/2, quantile bins (nats)"
+
+
 def plot_delta_by_bin(res: dict[str, Any], path: str | os.PathLike, title: str | None = None) -> Path | None:
     """Bar chart of mean Δ_sym = (p_A − p_B)/(p_A + p_B) per difficulty bin with its 95% interval; one bar per
     source beside the overall one when ``res`` has ``by_source``. ``res`` is a comparison result
@@ -146,7 +154,7 @@ def plot_delta_by_bin(res: dict[str, Any], path: str | os.PathLike, title: str |
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xticks(x)
     ax.set_xticklabels([f"{n}\n{b['difficulty'][0]:.2f}–{b['difficulty'][1]:.2f}" for n, b in zip(names, bins)])
-    ax.set_xlabel("token difficulty (ℓ_A + ℓ_B)/2, quantile bins (nats)")
+    ax.set_xlabel(difficulty_label(res))
     ax.set_ylabel("mean Δ_sym = (p_A − p_B)/(p_A + p_B)")
     ax.set_title(title or "A vs B by token difficulty (95% bootstrap intervals; > 0: A better)", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
@@ -212,5 +220,5 @@ def plot_scaling(path: str | os.PathLike, baseline: Sequence[tuple[float, float]
     return save_png(fig, path)
 
 
-__all__ = ["CSS", "DPI", "color", "finish_axes", "html_page", "margins", "panel_grid", "plot_delta_by_bin", "plot_scaling",
+__all__ = ["CSS", "DPI", "color", "difficulty_label", "finish_axes", "html_page", "margins", "panel_grid", "plot_delta_by_bin", "plot_scaling",
            "plot_scatter", "pyplot", "save_png", "write_html"]
