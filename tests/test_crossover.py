@@ -10,6 +10,7 @@ import pytest
 from scipy.optimize import brentq
 
 from smallinit.crossing import (INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SUPPORTED, Crossing, analyse_crossover,
+                                describe_crossing,
                                 loss_claim_verdict)
 from smallinit.errors import RunDirError
 from smallinit.stats import Interval, cluster_bootstrap_ci, paired_t_interval
@@ -324,3 +325,21 @@ def test_a_report_with_no_finished_budget_still_renders(tmp_path):
               "analyses": {}}
     assert crossover_figure(result, tmp_path / "x.png").stat().st_size > 0
     assert "| 1,000 |" in crossover_markdown(result)
+
+
+def test_a_fit_with_its_floor_at_zero_predicts_no_crossing():
+    """A variant curve fitted with E = 0 (no loss floor: four budgets, three parameters, as in the demo) must meet
+    any baseline with E > 0 somewhere; that meeting is not a prediction. The same curves with an interior fit keep
+    their predicted crossing."""
+    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
+    fv = lambda D: 60 * D ** -0.2  # noqa: E731  behind at D_max, no floor: the fits must meet (at ≈ 1.5e7)
+    a = analyse_crossover(BUDGETS, curves(fb, fv, noise=0.0), "base", "var", n_boot=20)
+    assert a.fits["var"]["E"] < 1e-9
+    assert a.crossing.degenerate and "var's fit has E = 0" in a.crossing.degenerate
+    assert "not a prediction" in describe_crossing(a.crossing)
+    behind = Interval(-0.2, -0.3, -0.1, "t", 2)
+    not_closing = Interval(-0.01, -0.02, 0.0, "t", 2)
+    assert loss_claim_verdict(behind, not_closing, a.crossing, 2)[0] == NOT_SUPPORTED  # the fit cannot rescue it
+    fv2 = lambda D: 1.97 + 150 * D ** -0.38  # noqa: E731  an interior fit that crosses
+    b = analyse_crossover(BUDGETS, curves(fb, fv2, noise=0.0), "base", "var", n_boot=20)
+    assert b.crossing.degenerate is None and b.crossing.status == "crosses"

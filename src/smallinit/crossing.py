@@ -54,6 +54,9 @@ class Crossing:
     horizon: float
     crossing_share: float | None = None
     """Share of bootstrap draws in which the fits cross below the horizon."""
+    degenerate: str | None = None
+    """Why a fit's D* is not to be trusted: a fitted parameter at its bound (E = 0: the curve falls without floor
+    and must meet any curve with E > 0; α at its limits). Such a crossing does not count as predicted."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +97,20 @@ def _fit(D: np.ndarray, L: np.ndarray) -> ScalingFit | None:
         return fit_scaling_law(D[ok], L[ok])
     except ScalingError:
         return None
+
+
+def degenerate_fit(fits: dict[str, ScalingFit]) -> str | None:
+    """The arms whose fit L = E + B·D^(−β) has a parameter at its bound (E = 0, β at its limits), in words; None
+    when every fit is interior."""
+    from smallinit.scaling import ALPHA_MAX, ALPHA_MIN
+
+    bad = []
+    for arm, f in fits.items():
+        if f.E <= 1e-9:
+            bad.append(f"{arm}'s fit has E = 0 (at its bound: no loss floor)")
+        elif f.alpha <= ALPHA_MIN * 10 or f.alpha >= ALPHA_MAX * 0.999:
+            bad.append(f"{arm}'s fit has β = {f.alpha:.3g} (at its bound)")
+    return "; ".join(bad) or None
 
 
 def fitted_crossing(fit_baseline: ScalingFit, fit_variant: ScalingFit, d_min: float, d_max: float,
@@ -183,7 +200,7 @@ def analyse_crossover(budgets: Sequence[float], losses: dict[str, dict[int, Sequ
             lo, hi = (float(q) for q in np.quantile(samples, [0.025, 0.975], method="inverted_cdf"))
         extrap = d_star is not None and d_star > EXTRAPOLATION * float(D[-1])
         crossing = Crossing(status, d_star, lo, None if hi is None or not math.isfinite(hi) else hi, extrap,
-                            horizon * float(D[-1]), share)
+                            horizon * float(D[-1]), share, degenerate_fit({baseline: fb, variant: fv}))
         if fb.n_sizes == 3 or fv.n_sizes == 3:
             notes.append("3 budgets: each fit passes through its points (no check of the functional form)")
     fits = {baseline: fb.to_dict() if fb else None, variant: fv.to_dict() if fv else None}
@@ -224,7 +241,7 @@ def loss_claim_verdict(gap_max: Interval, gap_change: Interval, crossing: Crossi
     if ahead:
         return SUPPORTED, f"the variant is ahead at the largest budget: {where}"
     closing = gap_change.value is not None and gap_change.value > 0
-    near = crossing.status == "crosses" and not crossing.extrapolated
+    near = crossing.status == "crosses" and not crossing.extrapolated and not crossing.degenerate
     pred = describe_crossing(crossing)
     if behind and not closing and not near:
         return NOT_SUPPORTED, f"the variant is behind and the gap is not closing: {where}; {pred}"
@@ -246,7 +263,8 @@ def describe_crossing(c: Crossing) -> str:
     lo = f"{c.lo:.3g}" if c.lo is not None and math.isfinite(c.lo) else "?"
     hi = f"{c.hi:.3g}" if c.hi is not None else f"> {c.horizon:.3g} (no crossing)"
     ext = " — an extrapolation beyond 10× the largest budget" if c.extrapolated else ""
-    return f"the fits cross at D* ≈ {c.D_star:.3g} tokens [{lo}, {hi}]{ext}"
+    bad = f" — not a prediction: {c.degenerate}" if c.degenerate else ""
+    return f"the fits cross at D* ≈ {c.D_star:.3g} tokens [{lo}, {hi}]{ext}{bad}"
 
 
 def one_line_answer(a: CrossoverAnalysis) -> str:

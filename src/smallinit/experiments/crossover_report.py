@@ -157,7 +157,8 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
         lines += ["", f"Crossing: {c['status']}" + (f", D* ≈ {c['D_star']:.3g} tokens" if c["D_star"] else "")
                   + (f" [{_f(c['lo'], '.3g')}, {_f(c['hi'], '.3g') if c['hi'] else '∞'}]" if c["status"] == "crosses"
                      else "") + (f"; {share:.0%} of bootstrap draws cross below {c['horizon']:.3g} tokens"
-                                 if share is not None else "") + (" — **extrapolated**" if c["extrapolated"] else "")]
+                                 if share is not None else "") + (" — **extrapolated**" if c["extrapolated"] else "")
+                  + (f" — **not a prediction**: {c['degenerate']}" if c.get("degenerate") else "")]
         for n in a.get("notes") or []:
             lines.append(f"- note: {n}")
     return "\n".join(lines) + "\n"
