@@ -101,6 +101,8 @@ def test_html_page_escapes_and_is_written_whole(tmp_path):
     page = html_page("a <b> & c", ["<p>body</p>"])
     assert page.startswith("<!DOCTYPE html>") and "<title>a &lt;b&gt; &amp; c</title>" in page
     assert page.rstrip().endswith("</body></html>") and "<p>body</p>" in page
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page  # phones: no zoomed-out page
+    assert "overflow-x:auto" in page.split("table{display:block")[1].split("}")[0]  # wide tables scroll, not the page
     assert write_html(tmp_path / "i.html", "t", ["<p>x</p>"]).read_text() == html_page("t", ["<p>x</p>"])
 
 

@@ -98,12 +98,15 @@ text-align:left}th{background:#f6f8fa}tr:nth-child(even) td{background:#fbfcfd}
 img{max-width:100%;border:1px solid #eaeef2;margin:.5em 0}pre{background:#f6f8fa;padding:.8em;overflow-x:auto;
 font-size:.8em}figure{margin:.6em 0}figcaption{font-size:.85em;color:#57606a}
 small,.verdict{white-space:nowrap}td{vertical-align:top}
+table{display:block;max-width:100%;overflow-x:auto}
+@media (max-width:640px){body{margin:1em auto}.verdict{white-space:normal}table{font-size:.8em}}
 """
 
 
 def html_page(title: str, body: Sequence[str], css: str = CSS) -> str:
     """A self-contained HTML page: ``title`` in <title>, the ``body`` fragments (already escaped HTML) in order."""
     head = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{html.escape(title)}</title><style>{css}</style></head><body>"]
     return "\n".join(head + list(body) + ["</body></html>"]) + "\n"
 
