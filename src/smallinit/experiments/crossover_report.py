@@ -65,8 +65,10 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
     ax2.set_xscale("log")
     ax2.set_xlim(D[0] / 1.5, D[-1] * 4)
     ax2.set_xlabel("training tokens D")
-    ax2.set_ylabel("G(D) = L_baseline − L_arm  (> 0: arm ahead)")
-    ax2.set_title("gap with seed-paired 95% intervals")
+    ax2.set_ylabel(f"G(D) = L_{base} − L_arm  (> 0: arm ahead)")
+    n_seeds = min((len(a["seeds"]) for a in result["analyses"].values()), default=0)
+    ax2.set_title("gap with seed-paired 95% t-intervals; dashed: fits" if n_seeds >= 2 else
+                  "gap (one seed: no interval); dashed: fits")
     if ax2.get_legend_handles_labels()[0]:
         ax2.legend(fontsize=8)
     return save_png(fig, path)
