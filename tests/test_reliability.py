@@ -522,3 +522,19 @@ def test_overrides_may_follow_options(tmp_path, token_dir, capsys):
         cli(["train", "--config", "tiny", "--out", str(tmp_path / "r2"), "--no-such-flag", *over])
     assert e.value.code == 2 and "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
     assert not (tmp_path / "r2").exists()
+
+
+def test_plot_never_writes_over_a_users_index_and_a_replot_leaves_no_stale_figure(tmp_path, done_run, capsys):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<html>my page</html>")
+    (site / "notes.txt").write_text("mine")
+    assert cli(["plot", str(done_run), "--out", str(site)]) == 2
+    assert "folder exists and is not empty" in one_error(capsys)
+    assert (site / "index.html").read_text() == "<html>my page</html>"
+    out = tmp_path / "plots"
+    assert cli(["plot", str(done_run), "--out", str(out)]) == 0
+    (out / "stale_from_another_run.png").write_bytes(b"x")
+    assert cli(["plot", str(done_run), "--out", str(out)]) == 0  # a plot folder of ours is replaced whole
+    assert not (out / "stale_from_another_run.png").exists() and (out / "index.html").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left

@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from smallinit.outputs import GENERATOR
+
 DPI = 110
 
 
@@ -106,7 +108,7 @@ table{display:block;max-width:100%;overflow-x:auto}
 def html_page(title: str, body: Sequence[str], css: str = CSS) -> str:
     """A self-contained HTML page: ``title`` in <title>, the ``body`` fragments (already escaped HTML) in order."""
     head = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">', GENERATOR,
             f"<title>{html.escape(title)}</title><style>{css}</style></head><body>"]
     return "\n".join(head + list(body) + ["</body></html>"]) + "\n"
 

@@ -48,8 +48,10 @@ _DIR_KINDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "anchor": (("anchor.json",),),
     "crossover": (("crossover.spec.json",),),
     "audit": (("audit.json",),),
-    "plot": (("index.html",),),  # last: a reproduce folder has an index.html too
+    "plot": (("index.html",),),  # last: a reproduce folder has an index.html too; ours carry GENERATOR
 }
+GENERATOR = '<meta name="generator" content="smallinit">'
+"""In the head of every HTML page we write (figures.html_page): an index.html without it is not ours."""
 # keys a JSON file output of each kind carries
 _FILE_KINDS: dict[str, tuple[str, ...]] = {
     "eval": ("tasks", "config"),
@@ -74,12 +76,14 @@ def output_kind(path: str | os.PathLike) -> str | None:
     for kind, alternatives in _DIR_KINDS.items():
         for names in alternatives:
             if all((p / n).exists() for n in names):
-                if kind == "export":
-                    try:
-                        if not (p / "README.md").read_text(errors="replace").startswith("# smallinit export"):
-                            continue
-                    except OSError:
+                try:
+                    if kind == "export" and not (p / "README.md").read_text(errors="replace").startswith(
+                            "# smallinit export"):
                         continue
+                    if kind == "plot" and GENERATOR not in (p / "index.html").read_text(errors="replace")[:2000]:
+                        continue
+                except OSError:
+                    continue
                 return kind
     return None
 

@@ -500,31 +500,32 @@ def write_index(out: Path, runs: list[RunData], figures: list[tuple[str, Path]])
 def make_report(run_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
     """Load the runs, label them by their config differences, draw every figure into ``out_dir`` and
     write ``out_dir/index.html`` (returned)."""
-    from smallinit.outputs import check_out_dir
+    from smallinit.outputs import OutputPlan, check_out_dir, staged_dir
 
     if not run_dirs:
         raise RunDirError("give at least one run directory")
-    check_out_dir(out_dir, "plot", inputs=run_dirs, can_continue=True, verb="plot")
+    plan = check_out_dir(out_dir, "plot", inputs=run_dirs, can_continue=True, verb="plot")
     runs = [load_run(d) for d in run_dirs]
     for r, label in zip(runs, run_labels([r.config for r in runs], [r.name for r in runs])):
         r.label = label
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    figures: list[tuple[str, Path]] = []
+    # drawn beside and renamed into place; a previous plot folder is replaced whole (no stale figures left in it)
+    with staged_dir(OutputPlan(plan.path, "plot", "replace" if plan.state == "continue" else plan.state)) as out:
+        figures: list[tuple[str, Path]] = []
 
-    def add(title: str, p: Path | None) -> None:
-        if p is not None:
-            figures.append((title, p))
+        def add(title: str, p: Path | None) -> None:
+            if p is not None:
+                figures.append((title, p))
 
-    add("Loss", plot_loss(runs, out))
-    add("Stable rank per matrix type", plot_matrix_metric(runs, out, "srank"))
-    add("Condensation index per matrix type", plot_matrix_metric(runs, out, "cond"))
-    for p in plot_heatmaps(runs, out):
-        add(f"Row-cosine heatmaps: {p.stem[len('heatmaps_'):]}", p)
-    add("Attention sink per layer", plot_sink(runs, out))
-    add("Massive activations per layer", plot_massive(runs, out))
-    add("RMSNorm saturation per norm", plot_saturation(runs, out))
-    add("Residual flow per layer", plot_flow(runs, out))
-    add("Optimizer ε: damping per matrix type", plot_matrix_metric(runs, out, "damping"))
-    add("MoE routing", plot_moe(runs, out))
-    return write_index(out, runs, figures)
+        add("Loss", plot_loss(runs, out))
+        add("Stable rank per matrix type", plot_matrix_metric(runs, out, "srank"))
+        add("Condensation index per matrix type", plot_matrix_metric(runs, out, "cond"))
+        for p in plot_heatmaps(runs, out):
+            add(f"Row-cosine heatmaps: {p.stem[len('heatmaps_'):]}", p)
+        add("Attention sink per layer", plot_sink(runs, out))
+        add("Massive activations per layer", plot_massive(runs, out))
+        add("RMSNorm saturation per norm", plot_saturation(runs, out))
+        add("Residual flow per layer", plot_flow(runs, out))
+        add("Optimizer ε: damping per matrix type", plot_matrix_metric(runs, out, "damping"))
+        add("MoE routing", plot_moe(runs, out))
+        write_index(out, runs, figures)
+    return plan.path / "index.html"
