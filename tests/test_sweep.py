@@ -202,3 +202,23 @@ def test_a_field_added_since_a_run_was_written_compares_at_its_default():
     assert config_mismatch(old, wanted) == {}
     old["optim"]["lr"] = 0.003
     assert config_mismatch(old, wanted) == {"optim.lr": (0.003, 0.002)}
+
+
+def test_an_interrupted_job_exits_128_plus_the_signal_so_the_runner_resumes_it(tmp_path, token_dir, monkeypatch):
+    """SIGTERM to one job of a sweep: the run checkpoints and raises Interrupted (a SmallinitError); the job process
+    exited 2, the runner wrote failed.json and a rerun skipped the run ("failed earlier; not retried")."""
+    import signal
+
+    import smallinit.experiments.job as job_mod
+    from smallinit.errors import Interrupted
+    from smallinit.experiments.sweep import train_job
+
+    spec = parse_sweep({"base": "tiny", "overrides": tiny_overrides(token_dir), "runs": [{"name": "r"}]})
+    job = train_job("r", spec.runs[0].config, tmp_path)
+    path = job_mod.write_job_file(job, tmp_path / "r.job.json")
+
+    def stopped(j, resume=False):
+        raise Interrupted("interrupted by SIGTERM at step 3: checkpoint saved", signal.SIGTERM, 3, None)
+
+    monkeypatch.setattr(job_mod, "run_job", stopped)
+    assert job_mod.main([str(path)]) == 128 + signal.SIGTERM

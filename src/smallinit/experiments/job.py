@@ -149,8 +149,9 @@ def read_job_file(path: str | os.PathLike) -> Job:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m smallinit.experiments.job JOBFILE [--resume]``: run one job; 0 done, 2 error, 130 interrupted."""
-    from smallinit.errors import SmallinitError
+    """``python -m smallinit.experiments.job JOBFILE [--resume]``: run one job; 0 done, 2 error, 128 + the signal
+    when interrupted (130 SIGINT, 143 SIGTERM: the run checkpointed; the runner resumes it, never calls it failed)."""
+    from smallinit.errors import Interrupted, SmallinitError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
@@ -160,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         job = read_job_file(argv[0])
         print(f"{job.task} {job.name} → {job.run_dir}{' (resume)' if '--resume' in argv[1:] else ''}", flush=True)
         run_job(job, resume="--resume" in argv[1:])
+    except Interrupted as e:  # a SmallinitError too: caught first, or the runner would record a failure
+        print(f"interrupted: {e}", file=sys.stderr)
+        return 128 + int(e.signum)
     except SmallinitError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
