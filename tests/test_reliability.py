@@ -538,3 +538,27 @@ def test_plot_never_writes_over_a_users_index_and_a_replot_leaves_no_stale_figur
     assert cli(["plot", str(done_run), "--out", str(out)]) == 0  # a plot folder of ours is replaced whole
     assert not (out / "stale_from_another_run.png").exists() and (out / "index.html").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+
+def test_two_sigints_at_once_are_one_clean_stop(tmp_path, token_dir):
+    """Ctrl-C under a sweep reaches a run twice (the terminal's SIGINT to the process group and the runner's
+    forwarded one): the run must still checkpoint at its stop step, not die at once (a second SIGINT later does)."""
+    from smallinit.checkpoint import list_checkpoints
+
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "smallinit", "train", "--config", "tiny", "--out", str(run),
+            *tiny_overrides(token_dir, **{"train.max_steps": 5000, "train.ckpt_every": 1000})]
+    with open(tmp_path / "err.log", "w") as err:
+        p = subprocess.Popen(args, stderr=err, stdout=subprocess.DEVNULL)
+        deadline = time.time() + 600
+        while time.time() < deadline and not (run / "metrics.jsonl").is_file():
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.3)  # the runner's forwarded copy comes a little later (two at once would coalesce)
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(600)
+    text = (tmp_path / "err.log").read_text()
+    assert rc == 130, text
+    step = int(list_checkpoints(run)[-1].name[5:])
+    assert 0 < step < 1000 and f"at step {step}" in text  # checkpointed where it stopped

@@ -531,16 +531,23 @@ class Trainer:
     @contextlib.contextmanager
     def _signals(self):
         """SIGINT/SIGTERM set a flag that the loop honours at the next step boundary (checkpoint, then
-        :class:`Interrupted`); a second SIGINT interrupts at once. Only in the main thread."""
+        :class:`Interrupted`); a second SIGINT interrupts at once — unless it comes within
+        :data:`SAME_STOP_SECONDS` of the first: Ctrl-C under a sweep reaches a run twice (the terminal signals the
+        whole process group and the runner forwards its own), and that is still one request to stop cleanly.
+        Only in the main thread."""
         self._stop_signal: int | None = None
+        first = [0.0]
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def handler(signum, frame):
-            if self._stop_signal is not None and signum == signal.SIGINT:
-                raise KeyboardInterrupt
+            if self._stop_signal is not None:
+                if signum == signal.SIGINT and time.monotonic() - first[0] > SAME_STOP_SECONDS:
+                    raise KeyboardInterrupt
+                return
             self._stop_signal = signum
+            first[0] = time.monotonic()
 
         old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -762,6 +769,10 @@ def _hms(seconds: float) -> str:
 def train(cfg: RunConfig, run_dir: str | os.PathLike, callbacks: list[Any] | None = None) -> dict[str, Any]:
     """Train a new run (see :class:`Trainer`)."""
     return Trainer(cfg, run_dir, callbacks=callbacks).run()
+
+
+SAME_STOP_SECONDS = 2.0
+"""A second stop signal this soon after the first is the same request (:meth:`Trainer._signals`)."""
 
 
 def resume(run_dir: str | os.PathLike, callbacks: list[Any] | None = None, max_steps: int | None = None) -> dict[str, Any]:
