@@ -419,6 +419,13 @@ def test_yaml_partial_scoring_winogrande_style(tmp_path, tok):
     ("file: quiz.jsonl\nquestion: '{nope}'\nchoices: [A, B]\nlabel: answer\n", "names field 'nope'"),
     ("file: quiz.jsonl\nquestion: x\nchoices: [A, B]\nlabel: answer\nlabels: [X, Y]\n", r"quiz.jsonl:1: label 'A' matches no"),
     ("- not a mapping\n", "expected a YAML mapping"),
+    # found by attacking the CLI: each was a traceback
+    ('file: quiz.jsonl\nquestion: "Q: {q\\nA:"\nchoices: [A, B]\nlabel: answer\n', "template .* unmatched"),
+    ("file: quiz.jsonl\nquestion: '{q.x}'\nchoices: [A, B]\nlabel: answer\n", r"names \{q.x\}; fields are plain"),
+    ("file: quiz.jsonl\nquestion: x\nfixed_choices: 5\nlabel: answer\n", "'fixed_choices' must be a list"),
+    ("file: quiz.jsonl\nquestion: x\nchoices: [A, B]\nlabel: answer\nlabels: 7\n", "'labels' must be"),
+    ("file: 5\nquestion: x\nchoices: [A, B]\nlabel: answer\n", "'file' must be a file name, not int"),
+    ("file: quiz.jsonl\nquestion: x\nchoices: [{a: 1}]\nlabel: answer\n", "'choices' must be"),
 ])
 def test_yaml_task_errors(tmp_path, body, match):
     _write_jsonl(tmp_path / "quiz.jsonl", [{"q": "x", "A": "a", "B": "b", "answer": "A"}])

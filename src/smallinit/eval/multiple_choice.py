@@ -311,6 +311,20 @@ def load_cmmlu(root: Path, limit: int | None = None) -> dict[str, tuple[list[MCI
 # ----------------------------------------------------------------------------- YAML tasks
 
 
+def _check_template(path: Path, template: str) -> None:
+    """A task template is plain ``{field}`` substitution: braces must pair and fields are names (no ``.x`` or
+    ``[i]``), checked when the task is read, before any model is loaded."""
+    import string
+
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as e:
+        raise DataError(f"{path}: template {template!r}: {e} (write a literal brace as {{{{ or }}}})") from None
+    bad = [f for f in fields if not f.isidentifier()]
+    if bad:
+        raise DataError(f"{path}: template {template!r} names {{{bad[0]}}}; fields are plain names like {{question}}")
+
+
 @dataclass
 class YamlMCTask:
     """A multiple-choice task defined by a YAML file (format in the module docstring)."""
@@ -338,7 +352,9 @@ class YamlMCTask:
         try:
             spec = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as e:
-            raise DataError(f"{path}: malformed YAML ({e}); expected {YAML_FORMAT}") from None
+            raise DataError(f"{path}: malformed YAML ({' '.join(str(e).split())}); expected {YAML_FORMAT}") from None
+        except UnicodeDecodeError:
+            raise DataError(f"{path}: not UTF-8 text; expected {YAML_FORMAT}") from None
         if not isinstance(spec, dict):
             raise DataError(f"{path}: expected a YAML mapping; expected {YAML_FORMAT}")
         known = {"name", "file", "fewshot_file", "question", "choices", "fixed_choices", "choice_prefix", "label", "labels",
@@ -355,6 +371,21 @@ class YamlMCTask:
                             f"expected {YAML_FORMAT}")
         if "target" in spec and not partial:
             raise DataError(f"{path}: 'target' goes with 'context_choices'; expected {YAML_FORMAT}")
+        for key in ("file", "fewshot_file"):
+            if key in spec and not isinstance(spec[key], str):
+                raise DataError(f"{path}: '{key}' must be a file name, not {type(spec[key]).__name__}; "
+                                f"expected {YAML_FORMAT}")
+        for key in ("choices", "labels", "context_choices", "fixed_choices"):
+            v = spec.get(key)
+            lists_only = key == "fixed_choices"
+            if v is not None and not ((isinstance(v, str) and not lists_only) or
+                                      (isinstance(v, list) and all(isinstance(x, (str, int, float)) for x in v))):
+                raise DataError(f"{path}: '{key}' must be {'a list' if lists_only else 'a field name or a list'} "
+                                f"of plain values, not {v!r}; expected {YAML_FORMAT}")
+        contexts = spec["context_choices"] if isinstance(spec.get("context_choices"), list) else []
+        for template in [spec.get("question"), spec.get("target"), *contexts]:
+            if isinstance(template, str):
+                _check_template(path, template)
 
         def rel(p: str | None) -> Path | None:
             return None if p is None else (Path(p) if Path(p).is_absolute() else path.parent / p)
@@ -383,7 +414,7 @@ class YamlMCTask:
     def _format(self, template: str, data: dict[str, Any], row: Row, what: str) -> str:
         try:
             return template.format_map(data)
-        except (KeyError, IndexError) as e:
+        except (KeyError, IndexError, AttributeError, ValueError, TypeError) as e:
             raise DataError(f"{row.where}: {what} template names field {e} which the record lacks; "
                             f"expected {self.fmt}") from None
 
