@@ -731,3 +731,21 @@ def test_eval_verb_end_to_end_with_a_stub_checkpoint_loader(tmp_path, tok, monke
     rc = cli.main(["eval", "RUN", "--tasks", "nope", "--data-dir", str(tmp_path / "data"), "--out", str(out)])
     assert rc == 2 and "error: unknown task 'nope'" in capsys.readouterr().err
     assert loaded == ["RUN"]  # a bad task name fails before the model is loaded
+
+
+def test_task_files_are_read_up_front_and_names_must_differ(tmp_path):
+    """A bad task file fails in parse_tasks (before a model is loaded); two files reporting as one name are refused
+    (one result silently replaced the other); YAML-only runs need no benchmark data folder."""
+    from smallinit.errors import ConfigError
+    from smallinit.eval.tasks import needs_data_dir, parse_tasks
+
+    _write_jsonl(tmp_path / "quiz.jsonl", [{"q": "x", "A": "a", "B": "b", "answer": "A"}])
+    (tmp_path / "sub").mkdir()
+    for f in (tmp_path / "ok.yaml", tmp_path / "sub" / "ok.yaml"):
+        f.write_text("file: ../quiz.jsonl\nquestion: '{q}'\nchoices: [A, B]\nlabel: answer\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="both report as 'ok'"):
+        parse_tasks([str(tmp_path / "ok.yaml"), str(tmp_path / "sub" / "ok.yaml")])
+    (tmp_path / "bad.yaml").write_text("file: quiz.jsonl\nquestion: '{q'\nchoices: [A]\nlabel: answer\n")
+    with pytest.raises(DataError, match="unmatched"):
+        parse_tasks([str(tmp_path / "bad.yaml")])
+    assert not needs_data_dir([str(tmp_path / "ok.yaml")]) and needs_data_dir(["hellaswag", str(tmp_path / "ok.yaml")])

@@ -77,7 +77,7 @@ def _device(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from smallinit.checkpoint import load_checkpoint, load_run_tokenizer
     from smallinit.eval import parse_tasks, results_markdown
-    from smallinit.eval.tasks import resolve_data_dir
+    from smallinit.eval.tasks import needs_data_dir, resolve_data_dir
 
     from smallinit.errors import ConfigError
     from smallinit.outputs import check_out_file
@@ -88,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
         v = getattr(args, name)
         if v is not None and v < (0 if name == "shots" else 1):
             raise ConfigError(f"--{name.replace('_', '-')} must be >= {0 if name == 'shots' else 1}, got {v}")
-    tasks = parse_tasks(args.tasks)  # fail on a bad task name or data dir before loading the model
-    resolve_data_dir(args.data_dir)
+    tasks = parse_tasks(args.tasks)  # fail on a bad task name, task file or data dir before loading the model
+    if needs_data_dir(tasks):
+        resolve_data_dir(args.data_dir)
     model = load_checkpoint(args.ckpt)
     tokenizer = load_run_tokenizer(args.ckpt)
     results = evaluate(model, tokenizer, tasks, data_dir=args.data_dir, limit=args.limit, shots=args.shots,

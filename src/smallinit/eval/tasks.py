@@ -133,14 +133,25 @@ _HEADLINE = ("acc", "acc_norm", "ppl", "exact_match", "acc_macro")
 
 
 def parse_tasks(tasks: str | Iterable[str]) -> list[str]:
-    """Task names from "a,b" or a list; each a registered name or a path to a YAML task."""
+    """Task names from "a,b" or a list; each a registered name or a path to a YAML task (read and checked here, so
+    a bad task file fails before any model is loaded). Two tasks that would report under one name are refused."""
     names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
     if not names:
         raise ConfigError("no tasks given")
+    seen: dict[str, str] = {}
     for t in names:
         if t not in TASKS and not t.endswith((".yaml", ".yml")):
             raise ConfigError(f"unknown task '{t}'; known: {', '.join(TASKS)} (or a path to a .yaml task)")
+        name = t if t in TASKS else _mc.YamlMCTask.from_yaml(Path(t)).name
+        if name in seen:
+            raise ConfigError(f"tasks {seen[name]} and {t} both report as '{name}'; give one a `name:`")
+        seen[name] = t
     return names
+
+
+def needs_data_dir(names: Iterable[str]) -> bool:
+    """Whether any task reads the benchmark data folder (YAML tasks name their own files)."""
+    return any(n in TASKS for n in names)
 
 
 def resolve_data_dir(data_dir: str | Path | None) -> Path:
@@ -178,7 +189,7 @@ def run_tasks(
     if shots is not None and shots < 0:
         raise ConfigError(f"shots must be >= 0, got {shots}")
     names = parse_tasks(tasks)
-    root = resolve_data_dir(data_dir)
+    root = resolve_data_dir(data_dir) if needs_data_dir(names) else Path(data_dir or ".")
     opts = TaskOptions(limit=limit, shots=shots, max_gen_toks=max_gen_toks)
     out: dict[str, Any] = {"tasks": {}, "config": {"data_dir": str(root), "limit": limit, "shots": shots,
                                                    "max_gen_toks": max_gen_toks}}
