@@ -746,6 +746,6 @@ def test_task_files_are_read_up_front_and_names_must_differ(tmp_path):
     with pytest.raises(ConfigError, match="both report as 'ok'"):
         parse_tasks([str(tmp_path / "ok.yaml"), str(tmp_path / "sub" / "ok.yaml")])
     (tmp_path / "bad.yaml").write_text("file: quiz.jsonl\nquestion: '{q'\nchoices: [A]\nlabel: answer\n")
-    with pytest.raises(DataError, match="unmatched"):
+    with pytest.raises(DataError, match="bad.yaml: template"):
         parse_tasks([str(tmp_path / "bad.yaml")])
     assert not needs_data_dir([str(tmp_path / "ok.yaml")]) and needs_data_dir(["hellaswag", str(tmp_path / "ok.yaml")])
