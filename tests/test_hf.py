@@ -113,6 +113,10 @@ def test_export_picks_checkpoint_step_and_is_atomic(tmp_path):
     step0 = load_file(str(run / "checkpoints/step_00000000/model.safetensors"))["lm_head.weight"]
     step5 = load_file(str(run / "checkpoints/step_00000005/model.safetensors"))["lm_head.weight"]
     assert torch.equal(first, step0) and not torch.equal(first, step5)
+    from smallinit.io import umask
+
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert set(modes.values()) == {0o666 & ~umask()}, modes  # the weights as readable as the rest (were 0600)
     with pytest.raises(ConfigError, match="already holds"):
         export_hf(run, out)
     assert cli(["export", str(run), "--to", "hf", str(out), "--force"]) == 0  # latest step now

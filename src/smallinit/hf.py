@@ -66,6 +66,7 @@ from typing import Any
 import torch
 
 from smallinit.errors import CheckpointError, ConfigError
+from smallinit.io import umask
 from smallinit.model.config import ModelConfig
 from smallinit.model.hf_names import gate_rows, inverse_table, name_table, parts
 
@@ -386,6 +387,7 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, step: int 
     bos, eos = _special_ids(tokenizer, run_root)
     with staged_dir(plan) as tmp:
         save_file(hf, str(tmp / SAFE_WEIGHTS), metadata={"format": "pt"})
+        os.chmod(tmp / SAFE_WEIGHTS, 0o666 & ~umask())  # safetensors writes 0600: readable like the other files
         _write_json(tmp / "config.json", hf_config_dict(cfg, bos, eos, dtype))
         _write_json(tmp / "generation_config.json", {"bos_token_id": bos, "eos_token_id": eos})
         shutil.copyfile(tok_path, tmp / "tokenizer.json")
