@@ -12,7 +12,7 @@ from scipy.optimize import brentq
 from smallinit.crossing import (INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SUPPORTED, Crossing, analyse_crossover,
                                 describe_crossing,
                                 loss_claim_verdict)
-from smallinit.errors import RunDirError
+from smallinit.errors import ConfigError, RunDirError
 from smallinit.stats import Interval, cluster_bootstrap_ci, paired_t_interval
 from conftest import tiny_overrides
 
@@ -343,3 +343,13 @@ def test_a_fit_with_its_floor_at_zero_predicts_no_crossing():
     fv2 = lambda D: 1.97 + 150 * D ** -0.38  # noqa: E731  an interior fit that crosses
     b = analyse_crossover(BUDGETS, curves(fb, fv2, noise=0.0), "base", "var", n_boot=20)
     assert b.crossing.degenerate is None and b.crossing.status == "crosses"
+
+
+def test_keys_the_crossover_sets_are_refused_in_arms_and_overrides():
+    """`b:train.seed=5` was accepted and silently replaced by each --seeds value (the spec file said otherwise)."""
+    from smallinit.experiments.crossover import CrossoverSpec
+
+    for bad in (["train.seed=5"], ["train.max_steps=3"], ["optim.schedule=cosine"]):
+        spec = CrossoverSpec(arms={"a": ["model.gamma=1"], "b": bad}, baseline="a", tokens=1_000_000, base="tiny")
+        with pytest.raises(ConfigError, match="is set by the crossover itself"):
+            spec.validate()

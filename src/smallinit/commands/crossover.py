@@ -28,8 +28,8 @@ def parse_tokens(text: str) -> int:
         v = float(t[:-1] if t[-1:] and t[-1:] in "kmgb" else t) * mult
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a token count: {text!r} (e.g. 8M, 8e6)") from None
-    if not v >= 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 token, got {text!r}")
+    if not v >= 1 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite count >= 1 token, got {text!r}")
     return int(round(v))
 
 

@@ -88,12 +88,22 @@ class CrossoverSpec:
             raise ConfigError(f"tune_fraction must be in (0, 1], got {self.tune_fraction}")
         if self.tune_extend < 0:
             raise ConfigError(f"tune_extend must be >= 0, got {self.tune_extend}")
-        for name in self.arms:
+        for name, overrides in self.arms.items():
             if not name or "/" in name or name.startswith("."):
                 raise ConfigError(f"bad arm name {name!r} (used as a folder name)")
+            for o in overrides:  # an arm's own; the shared --set ones (older specs carry train.max_steps) apply to all
+                key = str(o).split("=", 1)[0].strip()
+                if key in CROSSOVER_SETS:
+                    raise ConfigError(f"{key} is set by the crossover itself ({CROSSOVER_SETS[key]}); "
+                                      f"remove {o!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+CROSSOVER_SETS = {"train.seed": "one run per --seeds value", "train.max_steps": "from --tokens and the budgets",
+                  "optim.schedule": "WSD trunks with cooldown branches"}
+"""Keys a crossover sets for every run: an arm that sets one is refused (it would be silently replaced)."""
 
 
 @dataclass(frozen=True)
