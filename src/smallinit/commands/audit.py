@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if args.batch < 1 or args.seq < 2:
         raise ConfigError(f"--batch must be >= 1 and --seq >= 2, got {args.batch}, {args.seq}")
 
+    if args.max_params is not None and not 1 <= args.max_params < float("inf"):
+        raise ConfigError(f"--max-params must be a finite count >= 1, got {args.max_params}")
     tgt = load_target(args.target, args.overrides, max_params=int(args.max_params or DEFAULT_MAX_PARAMS),
                       blocks=args.blocks or DEFAULT_BLOCKS, seed=args.seed)
     eps = args.eps if args.eps is not None else (tgt.optimizer_eps if tgt.optimizer_eps is not None else 1e-8)

@@ -14,6 +14,7 @@ the fitted E gets a note instead of a number; an N_eff outside the fitted size r
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 HELP = "fit L(N) = E + A·N^-α to a baseline family of runs and give each variant's effective size and gain"
@@ -34,6 +35,14 @@ def run(args: argparse.Namespace) -> int:
 
     from smallinit.outputs import check_out_dir
 
+    from smallinit.errors import ConfigError
+
+    seen: dict[str, str] = {}
+    for r in args.runs:  # a run given twice would count twice in the fit
+        key_ = os.path.realpath(r)
+        if key_ in seen:
+            raise ConfigError(f"run {r} is given twice (also as {seen[key_]}); each run is one point of the fit")
+        seen[key_] = r
     check_out_dir(args.out, "scaling", inputs=args.runs, can_continue=True, verb="scaling")
     key, value = parse_baseline(args.baseline)
     label_keys = [k.strip() for k in args.label.split(",") if k.strip()] if args.label else None
