@@ -284,7 +284,9 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
 
         check_out_dir(out, "anchor", can_continue=True, verb="anchor")
         before, now = read_json(out / "anchor.json"), json.loads(json.dumps(cfg.to_dict()))  # tuples as JSON lists
-        diff = sorted(k for k in set(before or {}) | set(now) if k != "threads" and (before or {}).get(k) != now.get(k))
+        defaults = json.loads(json.dumps(AnchorConfig().to_dict()))  # a field added since compares at its default
+        diff = sorted(k for k in set(before or {}) | set(now)
+                      if k != "threads" and (before or {}).get(k, defaults.get(k)) != now.get(k))
         if before is not None and diff:  # threads are not part of the run (a resumed reproduction may use others)
             raise ConfigError(f"{out} holds an anchor run with another config ({', '.join(diff[:4])} differ); "
                               "choose another --out")
