@@ -3,6 +3,7 @@ a plain nanoGPT yardstick, and a training step timed the way the Trainer runs it
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -102,6 +103,14 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.lm_head.weight = self.wte.weight
+        # nanoGPT's own init (model.py `_init_weights`): N(0, 0.02²) for linears and embeddings, the two output
+        # projections of each block N(0, (0.02/√(2L))²), LayerNorm at ones/zeros. PyTorch's defaults instead give
+        # the tied head N(0, 1) rows: logits of std ≈ 11 whose softmax gradient is full of float32 denormals —
+        # which run the head's two backward products ≈ 40× slower on Intel CPUs (2026-12-01 in RESULTS.md).
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))

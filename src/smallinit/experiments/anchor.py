@@ -273,7 +273,7 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
     dict (also written to ``out_dir/result.json`` when given)."""
     from smallinit.io import atomic_write_json
     from smallinit.train.config import OptimConfig
-    from smallinit.train.host import keep_freed_memory
+    from smallinit.train.host import prepare_cpu_process
     from smallinit.train.schedule import lr_at
 
     cfg.validate()
@@ -297,7 +297,7 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
     old_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    keep_freed_memory()  # train/host.py: each step reuses its buffers
+    prepare_cpu_process()  # train/host.py: reused buffers, denormals flushed to zero
     t_start = time.time()
     try:
         trained = train_pairs(cfg.held_out)

@@ -1,12 +1,26 @@
-"""The training process's allocator: glibc keeps freed blocks for the next step instead of handing them back.
+"""The training process's CPU settings: glibc keeps freed blocks for the next step, and denormal floats flush to zero.
 
-A CPU training step allocates and frees the same large buffers every step (activations, gradients, the loss's
+:func:`prepare_cpu_process` applies both, once per CPU training process (the Trainer, the anchor task, the
+planner's calibration).
+
+**Freed memory.** A CPU training step allocates and frees the same large buffers every step (activations, gradients, the loss's
 logit chunks). glibc serves a block above its mmap threshold with a fresh ``mmap`` and returns it on ``free``; the
 threshold rises with freed blocks but never above 32 MiB, and the top of the heap is trimmed back to the OS past
 twice that. Either way the next step page-faults the memory in again (zero-filled, 4 KiB at a time): 7,000–13,000
 minor faults per step at the reproduction's shape (d 128 × 4, bytes). With both thresholds raised the step reuses its
 memory (≈ 600 faults) and ran 3% faster at that shape and at d 128 × 4 with vocab 8192 (benchmarks/RESULTS.md, fifth
 pass). PyTorch's CPU tuning guide gets the same from jemalloc or tcmalloc preloaded.
+
+**Denormals.** After a few hundred steps of a small-init model (γ = 1, ε = 1e-12) the CPU flash-attention backward
+meets values in float32's subnormal range (|x| < 2⁻¹²⁶ ≈ 1.2e-38; attention weights far below their row's
+maximum, presumably), and on Intel CPUs arithmetic on subnormal operands takes a microcode assist. At the reproduction's shape (d 128 × 4, bytes, one
+thread, a Xeon with AVX-512/AMX) a training step went from 305 ms at step 100 to 466 ms from step 400 on — the
+attention backward alone from 43 to 226 ms — and back to 300 ms with flush-to-zero; the γ = 0.5, ε = 1e-5 model did
+not slow down within 600 steps (benchmarks/RESULTS.md, 2026-12-01). So without it the small-init arm of a comparison
+ran ×1.5 slower per token than its baseline, and slower than the planner's calibration at init. (A model whose logits
+are large, e.g. a tied head left at PyTorch's N(0, 1) embedding init, gets the same slowdown in the LM head.)
+``torch.set_flush_denormal(True)`` (SSE's FTZ/DAZ) makes such values zero: results change only below 1.2e-38
+(float32) or 2.2e-308 (float64).
 """
 
 from __future__ import annotations
@@ -14,6 +28,8 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+
+import torch
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -49,4 +65,37 @@ def keep_freed_memory() -> bool:
     return _applied
 
 
-__all__ = ["keep_freed_memory"]
+def flush_denormals() -> bool:
+    """``torch.set_flush_denormal(True)``: subnormal inputs and results of CPU float ops become ±0. With
+    ``SMALLINIT_DENORMALS=keep`` in the environment, nothing (``flush`` or unset: on).
+
+    The mode is a register of each thread, set on the calling one; threads created after it inherit it, but the
+    intra-op workers of a process that has already run a parallel op keep theirs. So call it first thing in a
+    training process (the Trainer does, before it builds the model). Returns whether flushing is in effect on
+    every intra-op thread, checked by its effect on a product split across them (False where a worker was made
+    earlier, with ``keep``, or on a CPU without SSE3)."""
+    mode = os.environ.get("SMALLINIT_DENORMALS", "flush")
+    if mode not in ("flush", "keep"):
+        from smallinit.errors import ConfigError
+
+        raise ConfigError(f"SMALLINIT_DENORMALS={mode!r}: use 'flush' (subnormal floats become 0, the default) or "
+                          "'keep' (IEEE gradual underflow)")
+    if mode == "keep" or not torch.set_flush_denormal(True):
+        return False
+    return denormals_flushed()
+
+
+def denormals_flushed() -> bool:
+    """Whether 1e-30 × 1e-10 (a float32 subnormal) comes out 0 in every part of an elementwise product large enough
+    to be split across all of this process's intra-op threads."""
+    n = max(1, torch.get_num_threads()) * (1 << 16)
+    return not bool(torch.mul(torch.full((n,), 1e-30), 1e-10).count_nonzero())
+
+
+def prepare_cpu_process() -> dict[str, bool]:
+    """The CPU training process's settings: :func:`keep_freed_memory` and :func:`flush_denormals`; returns which
+    are in effect, ``{"keep_freed_memory": …, "flush_denormals": …}``."""
+    return {"keep_freed_memory": keep_freed_memory(), "flush_denormals": flush_denormals()}
+
+
+__all__ = ["denormals_flushed", "flush_denormals", "keep_freed_memory", "prepare_cpu_process"]

@@ -56,7 +56,7 @@ from smallinit.train import distributed as dist_utils
 from smallinit.train.compile import compile_module, resolve_compile
 from smallinit.train.config import RunConfig, config_from_dict, save_config
 from smallinit.rundir import ORIGIN, run_data_path
-from smallinit.train.host import keep_freed_memory
+from smallinit.train.host import prepare_cpu_process
 from smallinit.train.schedule import lr_at
 from smallinit.device import resolve_device as _resolve_device
 
@@ -228,7 +228,7 @@ class Trainer:
             torch.set_num_threads(c.train.threads)
         self.device = resolve_device(c.train.device)
         if self.device.type == "cpu":
-            keep_freed_memory()  # each step reuses its buffers instead of page-faulting them in (train/host.py)
+            prepare_cpu_process()  # reused buffers, denormals flushed to zero (train/host.py)
         self.dist = dist_utils.setup(c.train.parallel, self.device)
         W = self.dist.world_size
         mb = c.train.micro_batch_size or c.train.batch_size // W
