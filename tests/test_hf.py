@@ -125,6 +125,29 @@ def test_export_picks_checkpoint_step_and_is_atomic(tmp_path):
     assert cli(["export", str(run), "--to", "hf", str(tmp_path / "x"), "--ckpt", "7"]) == 2
 
 
+def test_export_through_a_symbolic_link_fills_its_folder_and_keeps_the_link(tmp_path, capsys):
+    """An output folder given as a link (to scratch space, say) gets the export; the link stays a link — also when
+    --force replaces a previous export there. A dangling link is refused before any work, with one error line."""
+    run = make_run(tmp_path, small_cfg(tie_embeddings=False), steps=(0, 5))
+    target = tmp_path / "scratch" / "hf"
+    target.mkdir(parents=True)
+    link = tmp_path / "hf-link"
+    link.symlink_to(target, target_is_directory=True)
+    export_hf(run, link, step=0)
+    assert link.is_symlink() and (target / "model.safetensors").is_file()
+    assert cli(["export", str(run), "--to", "hf", str(link), "--force"]) == 0
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert torch.equal(load_hf_tensors(link)["lm_head.weight"], load_hf_tensors(target)["lm_head.weight"])
+    assert sorted(p.name for p in target.parent.iterdir()) == ["hf"]  # nothing left beside the target
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere", target_is_directory=True)
+    capsys.readouterr()
+    assert cli(["export", str(run), "--to", "hf", str(dangling)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a symbolic link to" in err[0] and "does not exist" in err[0], err
+    assert dangling.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
 def test_export_bf16_weights(tmp_path):
     run = make_run(tmp_path, small_cfg())
     (tmp_path / "hf").mkdir()  # an existing empty folder is fine
@@ -278,6 +301,10 @@ def test_imported_run_is_usable_by_smallinit_eval(tmp_path):
     (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling"),
     (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}), "rope_parameters"),
     (dict(head_dim=16), "head_dim"),
+    (dict(head_dim="abc"), "head_dim='abc' is not a whole number"),
+    (dict(num_attention_heads=0), "invalid model"),
+    (dict(hidden_size=64.5), "hidden_size=64.5 is not a whole number"),
+    (dict(num_hidden_layers=True), "num_hidden_layers=True"),
     (dict(architectures=["MistralForCausalLM"], model_type="mistral"), "not supported"),
 ])
 def test_import_refuses_unsupported_configs(tmp_path, capsys, change, msg):

@@ -165,6 +165,12 @@ def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | o
         elif rs in ro.parents and force:  # --force never replaces anything inside an input
             raise ConfigError(f"{out}: lies inside the input {src}; --force never replaces a folder inside an "
                               "input: choose an output folder outside it")
+    if out.is_symlink():  # a link to a folder (e.g. on a scratch disk): the output goes to the folder, the link stays
+        target = _resolved(out)
+        if not target.exists():
+            raise ConfigError(f"{out}: is a symbolic link to {target}, which does not exist; create that folder "
+                              "or choose another name")
+        out = target
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is a file, not a folder; choose a folder name")
     if not out.exists() or _is_empty_dir(out):
