@@ -177,11 +177,11 @@ def model_config_from_hf(hf: dict[str, Any], max_seq_len: int | None = None) -> 
     if hf.get("partial_rotary_factor", 1.0) != 1.0:
         raise ConfigError("config.json: partial_rotary_factor != 1 is not supported (RoPE on every channel)")
     try:
-        d_model, n_heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
+        d_model, n_heads = _int(hf, "hidden_size"), _int(hf, "num_attention_heads")
         fields = dict(
-            vocab_size=int(hf["vocab_size"]), d_model=d_model, n_layers=int(hf["num_hidden_layers"]), n_heads=n_heads,
-            n_kv_heads=int(_get(hf, "num_key_value_heads", n_heads)), d_ff=int(hf["intermediate_size"]),
-            max_seq_len=int(max_seq_len or _get(hf, "max_position_embeddings", 2048)),
+            vocab_size=_int(hf, "vocab_size"), d_model=d_model, n_layers=_int(hf, "num_hidden_layers"),
+            n_heads=n_heads, n_kv_heads=_int(hf, "num_key_value_heads", n_heads), d_ff=_int(hf, "intermediate_size"),
+            max_seq_len=int(max_seq_len or _int(hf, "max_position_embeddings", 2048)),
             rope_theta=float(theta if theta is not None else 10000.0), norm="rmsnorm",
             norm_eps=float(_get(hf, "rms_norm_eps", 1e-6)), gate="none",
             tie_embeddings=bool(_get(hf, "tie_word_embeddings", False)))
@@ -189,14 +189,28 @@ def model_config_from_hf(hf: dict[str, Any], max_seq_len: int | None = None) -> 
         raise ConfigError(f"config.json: missing field {e.args[0]!r}") from None
     except (TypeError, ValueError) as e:
         raise ConfigError(f"config.json: bad value ({e})") from None
-    head_dim = hf.get("head_dim")
-    if head_dim is not None and int(head_dim) * n_heads != d_model:
-        raise ConfigError(f"config.json: head_dim={head_dim} but hidden_size/num_attention_heads = "
-                          f"{d_model / n_heads:g}; our attention needs head_dim = hidden_size / num_heads")
     try:
-        return ModelConfig(**fields)
+        cfg = ModelConfig(**fields)
     except ValueError as e:
         raise ConfigError(f"config.json maps to an invalid model: {e}") from None
+    head_dim = _int(hf, "head_dim", cfg.d_model // cfg.n_heads)
+    if head_dim * cfg.n_heads != cfg.d_model:
+        raise ConfigError(f"config.json: head_dim={head_dim} but hidden_size/num_attention_heads = "
+                          f"{cfg.d_model / cfg.n_heads:g}; our attention needs head_dim = hidden_size / num_heads")
+    return cfg
+
+
+def _int(hf: dict[str, Any], key: str, default: int | None = None) -> int:
+    """``hf[key]`` (or ``default`` when absent or null) as an int; ConfigError naming the field for anything else
+    (a string, a bool, 64.5 — ``int()`` would have truncated it)."""
+    v = hf.get(key)
+    if v is None:
+        if default is None:
+            raise KeyError(key)
+        return default
+    if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
+        raise ConfigError(f"config.json: {key}={v!r} is not a whole number")
+    return int(v)
 
 
 # ----------------------------------------------------------------------------- tensor mapping
