@@ -99,6 +99,23 @@ def test_doctor_flags_a_summary_blanked_by_an_old_resume(tmp_path, done_run):
     assert any("no value for final_loss" in f.what for f in rep.problems)
 
 
+def test_doctor_flags_a_complete_run_without_weights_or_with_a_log_that_is_a_folder(tmp_path, done_run):
+    from smallinit.doctor import check_run
+
+    run = tmp_path / "run"
+    shutil.copytree(done_run, run)
+    shutil.rmtree(run / "checkpoints")
+    rep = check_run(run)
+    assert not rep.healthy and rep.status != "complete"
+    assert any("no good checkpoint is left" in f.what for f in rep.problems)
+    run2 = tmp_path / "run2"
+    shutil.copytree(done_run, run2)
+    (run2 / "metrics.jsonl").unlink()
+    (run2 / "metrics.jsonl").mkdir()
+    rep = check_run(run2)
+    assert not rep.healthy and any(f.what == "metrics.jsonl is not a file" for f in rep.problems)
+
+
 # ---- 2. train --out onto something that is not a run ----------------------------------------------------
 
 def test_train_out_onto_a_dataset_or_a_user_folder_is_refused(tmp_path, token_dir, capsys):

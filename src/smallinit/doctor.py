@@ -211,6 +211,9 @@ def _expected_steps(cfg, upto: int) -> set[int]:
 def _check_metrics(rep: DoctorReport, rd: Path, cfg) -> int:
     """Returns the last logged step (0 if none)."""
     path = rd / "metrics.jsonl"
+    if path.exists() and not path.is_file():
+        rep.add(PROBLEM, "metrics.jsonl is not a file", f"move {path} aside: the run's log cannot be read or written")
+        return 0
     if not path.is_file():
         rep.add(NOTE, "no metrics.jsonl yet (nothing logged)")
         return 0
@@ -283,9 +286,14 @@ def _check_completion(rep: DoctorReport, rd: Path, cfg, good: list[Path], last_l
                         f"a resume of a finished run by an older smallinit blanked them: delete {path} and run "
                         f"`{resume}` (it rewrites the summary from metrics.jsonl and the final checkpoint)")
                 return
+            if not good:
+                rep.add(PROBLEM, f"summary.json says complete (step {s.get('step')}) but no good checkpoint is "
+                                 f"left: the trained weights are gone (eval, export, probe and compare need them)",
+                        f"restore {rd / 'checkpoints'} from a copy, or train the run again into a new folder")
+                return
             rep.status = "complete"
             rep.add(OK, f"run complete: step {s.get('step')}, final val loss {s.get('final_val_loss')}")
-            if good and _step_of(good[-1]) != s.get("step"):
+            if _step_of(good[-1]) != s.get("step"):
                 rep.add(NOTE, f"the newest good checkpoint is {good[-1].name}, not the final step {s.get('step')}")
             return
     if rep.active_pid is not None:
