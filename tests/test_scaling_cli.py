@@ -139,6 +139,8 @@ def test_refusals_of_bad_baseline_specs(tmp_path, capsys) -> None:
     assert "no run with a finite loss has model.gamma == 0.7" in err and "0.5" in err
     assert main(["scaling", *runs, str(tmp_path / "nowhere"), "--baseline", "model.gamma=0.5", "--out", out]) == 2
     assert "not a run directory" in capsys.readouterr().err
+    assert main(["scaling", *runs, "--baseline", "model.gamma=0.5", "--label", "model.bogus", "--out", out]) == 2
+    assert "--label model.bogus: no run's config has that key" in capsys.readouterr().err  # was: variants named "?"
 
 
 def test_runs_without_a_loss_are_excluded_and_named(tmp_path, capsys) -> None:

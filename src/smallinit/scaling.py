@@ -264,6 +264,14 @@ class RunPoint:
     """Tokens trained on (summary.json, else step × batch × seq_len)."""
 
 
+def _has_key(config: dict[str, Any], key: str) -> bool:
+    try:
+        config_value(config, key)
+    except KeyError:
+        return False
+    return True
+
+
 def config_value(config: dict[str, Any], key: str) -> Any:
     """The value at a dotted ``key`` (``model.gamma``) of a nested config dict; KeyError when absent."""
     node: Any = config
@@ -452,6 +460,9 @@ def analyse(points: list, key: str, value: Any, label_keys: list[str] | None = N
             excluded.append({"run": p.run, "reason": "no finite validation loss (diverged or never evaluated)"})
             continue
         (base if values_equal(v, value) else var).append(p)
+    for k in label_keys:  # a misspelt --label would name every variant "k=?"
+        if not any(_has_key(p.config, k) for p in points):
+            raise ConfigError(f"--label {k}: no run's config has that key (a config field such as model.gamma)")
     if not base:
         shown = ", ".join(sorted({repr(s) for s in seen}))
         raise ScalingError(f"no run with a finite loss has {key} == {value!r} (values seen: {shown})")
