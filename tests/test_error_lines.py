@@ -45,6 +45,7 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
                                         *tiny_overrides(token_dir, **{"train.seed": 2**70})]),
         ("train: config not UTF-8", ["train", "--config", str(binary), "--out", str(tmp / "t5")]),
         ("init-report: config not UTF-8", ["init-report", "--config", str(binary)]),
+        ("init-report: larger than memory", ["init-report", "--config", "tiny", "model.d_model=1048576"]),
         ("sweep: spec not UTF-8", ["sweep", str(binary), "--out", str(tmp / "w2")]),
         ("sweep: a run's data missing", ["sweep", str(sweep_nodata), "--out", str(tmp / "w4"), "--gflops", "1"]),
         ("sweep: negative gflops", ["sweep", str(yaml_task), "--out", str(tmp / "w3"), "--dry-run", "--gflops", "-5"]),

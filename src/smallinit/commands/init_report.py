@@ -18,7 +18,15 @@ def run(args: argparse.Namespace) -> int:
     from smallinit import Transformer
     from smallinit.train import load_config
 
+    from smallinit.errors import ConfigError
+    from smallinit.train.loop import machine_memory
+
     cfg = load_config(args.config, args.overrides)
+    need, have = 4 * cfg.model.num_params(), machine_memory(torch.device("cpu"))
+    if have is not None and need > have:  # the report draws every weight: refuse before a swap storm
+        raise ConfigError(f"the model has {cfg.model.num_params():,} parameters ({need / 2**30:.1f} GiB in float32), "
+                          f"more than this machine's {have / 2**30:.1f} GiB of memory; `smallinit audit` reports "
+                          "the same init on a copy with fewer blocks")
     torch.manual_seed(cfg.train.seed)
     model = Transformer(cfg.model)
     print(model.init_report)
