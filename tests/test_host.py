@@ -80,14 +80,19 @@ def test_denormals_flush_to_zero_on_every_thread_and_the_opt_out_keeps_them():
 
 
 def test_a_training_process_flushes_denormals_on_all_its_threads(tiny_cfg, tmp_path):
-    """The Trainer sets the mode before its first parallel op, so a two-thread run flushes on both threads."""
+    """The Trainer sets the mode before its first parallel op, so a two-thread run flushes on both threads while it
+    trains."""
     code = f"""
 import sys
 from smallinit.train import load_config, train
 from smallinit.train.host import denormals_flushed
 cfg = load_config("tiny", sys.argv[1:])
-train(cfg, {str(tmp_path / 'run')!r})
-print(denormals_flushed())
+seen = []
+class Spy:
+    def on_step_end(self, trainer, step, record):
+        seen.append(denormals_flushed())
+train(cfg, {str(tmp_path / 'run')!r}, callbacks=[Spy()])
+print(all(seen) and len(seen) == 2)
 """
     from conftest import tiny_overrides
 
@@ -107,3 +112,23 @@ def test_an_unknown_denormal_mode_is_one_clear_error(monkeypatch):
     monkeypatch.setenv("SMALLINIT_DENORMALS", "off")
     with pytest.raises(ConfigError, match="SMALLINIT_DENORMALS='off': use 'flush'"):
         flush_denormals()
+
+
+def test_training_in_process_gives_the_caller_back_its_ieee_subnormals(tiny_cfg, tmp_path):
+    """A run (or the planner's calibration) inside a longer-lived process — a notebook, this test session — flushes
+    while it trains and leaves the calling thread as it found it (hypothesis, for one, refuses to run otherwise)."""
+    from smallinit.experiments.cost import measure_gflops
+    from smallinit.train import train
+    from smallinit.train.host import thread_flushes_denormals
+
+    assert not thread_flushes_denormals()
+    seen = []
+
+    class Spy:
+        def on_step_end(self, trainer, step, record):
+            seen.append(thread_flushes_denormals())
+
+    train(tiny_cfg(**{"train.max_steps": 2}), tmp_path / "run", callbacks=[Spy()])
+    assert seen == [True, True] and not thread_flushes_denormals()
+    measure_gflops(steps=1, threads=1)
+    assert not thread_flushes_denormals()

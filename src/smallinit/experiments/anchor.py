@@ -273,7 +273,7 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
     dict (also written to ``out_dir/result.json`` when given)."""
     from smallinit.io import atomic_write_json
     from smallinit.train.config import OptimConfig
-    from smallinit.train.host import prepare_cpu_process
+    from smallinit.train.host import prepare_cpu_process, restore_cpu_process
     from smallinit.train.schedule import lr_at
 
     cfg.validate()
@@ -297,7 +297,7 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
     old_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    prepare_cpu_process()  # train/host.py: reused buffers, denormals flushed to zero
+    settings = prepare_cpu_process()  # train/host.py: reused buffers, denormals flushed to zero
     t_start = time.time()
     try:
         trained = train_pairs(cfg.held_out)
@@ -372,6 +372,7 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
         return result
     finally:
         torch.set_num_threads(old_threads)
+        restore_cpu_process(settings)  # the caller's thread gets IEEE subnormals back
 
 
 def _record(step: int, loss: float | None, lr: float, ev: dict[str, Any], t0: float) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0) -> floa
     import torch
 
     from smallinit.model import ModelConfig, Transformer
-    from smallinit.train.host import prepare_cpu_process
+    from smallinit.train.host import prepare_cpu_process, restore_cpu_process
 
     config = _plain(config) if config is not None else None
     if config is None:
@@ -154,8 +154,9 @@ def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0) -> floa
     old = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
+    settings = None
     try:
-        prepare_cpu_process()
+        settings = prepare_cpu_process()
         torch.manual_seed(0)
         model = Transformer(mc)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -170,6 +171,7 @@ def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0) -> floa
         return model.flops_per_token(T) * B * T / _timed_steps(step, steps) / 1e9
     finally:
         torch.set_num_threads(old)
+        restore_cpu_process(settings)
 
 
 def measure_anchor_gflops(cfg, threads: int = 0, steps: int = 5) -> float:

@@ -92,10 +92,28 @@ def denormals_flushed() -> bool:
     return not bool(torch.mul(torch.full((n,), 1e-30), 1e-10).count_nonzero())
 
 
+def thread_flushes_denormals() -> bool:
+    """Whether the calling thread flushes subnormals now: 1e-30 × 1e-10 (one element: computed on this thread)
+    comes out 0."""
+    return torch.tensor([1e-30]).mul(1e-10).item() == 0.0
+
+
 def prepare_cpu_process() -> dict[str, bool]:
-    """The CPU training process's settings: :func:`keep_freed_memory` and :func:`flush_denormals`; returns which
-    are in effect, ``{"keep_freed_memory": …, "flush_denormals": …}``."""
-    return {"keep_freed_memory": keep_freed_memory(), "flush_denormals": flush_denormals()}
+    """The CPU training process's settings: :func:`keep_freed_memory` and :func:`flush_denormals`. Returns which
+    are in effect, ``{"keep_freed_memory": …, "flush_denormals": …, "flushed_before": …}`` — the last for
+    :func:`restore_cpu_process`."""
+    before = thread_flushes_denormals()
+    return {"keep_freed_memory": keep_freed_memory(), "flush_denormals": flush_denormals(), "flushed_before": before}
 
 
-__all__ = ["denormals_flushed", "flush_denormals", "keep_freed_memory", "prepare_cpu_process"]
+def restore_cpu_process(settings: dict[str, bool] | None) -> None:
+    """Put the calling thread's denormal mode back as :func:`prepare_cpu_process` found it, for callers that train
+    inside a longer-lived process (a notebook, a test session: hypothesis, numpy and the rest expect IEEE
+    subnormals). Intra-op worker threads created during training keep flushing (their mode is not reachable from
+    here; it touches only values below 1.2e-38); the allocator setting stays."""
+    if settings is not None and not settings.get("flushed_before", False):
+        torch.set_flush_denormal(False)
+
+
+__all__ = ["denormals_flushed", "flush_denormals", "keep_freed_memory", "prepare_cpu_process", "restore_cpu_process",
+           "thread_flushes_denormals"]

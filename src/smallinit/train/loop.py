@@ -56,7 +56,7 @@ from smallinit.train import distributed as dist_utils
 from smallinit.train.compile import compile_module, resolve_compile
 from smallinit.train.config import RunConfig, config_from_dict, save_config
 from smallinit.rundir import ORIGIN, run_data_path
-from smallinit.train.host import prepare_cpu_process
+from smallinit.train.host import prepare_cpu_process, restore_cpu_process
 from smallinit.train.schedule import lr_at
 from smallinit.device import resolve_device as _resolve_device
 
@@ -228,7 +228,7 @@ class Trainer:
             torch.set_num_threads(c.train.threads)
         self.device = resolve_device(c.train.device)
         if self.device.type == "cpu":
-            prepare_cpu_process()  # reused buffers, denormals flushed to zero (train/host.py)
+            self._cpu_settings = prepare_cpu_process()  # reused buffers, denormals flushed (train/host.py)
         self.dist = dist_utils.setup(c.train.parallel, self.device)
         W = self.dist.world_size
         mb = c.train.micro_batch_size or c.train.batch_size // W
@@ -515,18 +515,22 @@ class Trainer:
             done = self.completed_summary()
             if done is not None:
                 return {**done, "already_complete": True}
-        self._setup()
-        self._check_callbacks()
-        self._prepare_run_dir()
-        lock = RunLock(self.run_dir) if self.dist.is_main else contextlib.nullcontext()
+        self._cpu_settings = None
         try:
-            with lock, self._signals():
-                if self.resume:
-                    self._restore()
-                self._write_run_files()
-                return self._loop()
+            self._setup()
+            self._check_callbacks()
+            self._prepare_run_dir()
+            lock = RunLock(self.run_dir) if self.dist.is_main else contextlib.nullcontext()
+            try:
+                with lock, self._signals():
+                    if self.resume:
+                        self._restore()
+                    self._write_run_files()
+                    return self._loop()
+            finally:
+                dist_utils.teardown()
         finally:
-            dist_utils.teardown()
+            restore_cpu_process(self._cpu_settings)  # the caller's thread gets IEEE subnormals back (train/host.py)
 
     @contextlib.contextmanager
     def _signals(self):
