@@ -7,10 +7,10 @@ on the bytes of ``--text`` files (default: the standard library's source) for ``
   * ``baseline``: γ = 0.5, ε = 1e-5, no gate.
 
 Training itself runs with denormals flushed (as the Trainer now does, `smallinit.train.host.flush_denormals`;
-``--train-kept``: kept, as before). Every
-``--every`` steps the next steps are timed in turn with IEEE subnormals kept (``torch.set_flush_denormal(False)``)
-and flushed, ``--pairs`` times each (two steps per timing, the minimum reported). Where the time goes is
-`torch.profiler`'s to say (RESULTS.md, 2026-12-01: the flash-attention backward). On Intel CPUs subnormal arithmetic takes a microcode assist; the AMD EPYC of earlier sessions ran the benchmarks'
+``--train-kept``: kept, as before). Every ``--every`` steps the next steps are timed in turn with IEEE subnormals
+kept (``torch.set_flush_denormal(False)``) and flushed, ``--pairs`` times each (two steps per timing, the minimum
+reported). Where the time goes is `torch.profiler`'s to say (RESULTS.md, 2026-12-01: the flash-attention backward).
+On Intel CPUs subnormal arithmetic takes a microcode assist; the AMD EPYC of earlier sessions ran the benchmarks'
 subnormal-heavy nanoGPT head (PyTorch's default N(0, 1) embedding init) at full speed.
 
     python benchmarks/denormals.py [--steps 600] [--every 100] [--pairs 2] [--arms paper,baseline] [--train-kept]
@@ -101,7 +101,8 @@ def main() -> None:
     data = text_bytes(args.text)
     print(f"{len(data):,} bytes of {'the standard library' if not args.text else f'{len(args.text)} file(s)'}; "
           f"training between timings with subnormals {'kept' if args.train_kept else 'flushed'}")
-    print("| arm | step | loss | ms/step, subnormals kept | ms/step, flushed | kept ÷ flushed |\n|---|---|---|---|---|---|")
+    print("| arm | step | loss | ms/step, subnormals kept | ms/step, flushed | kept ÷ flushed |\n"
+          "|---|---|---|---|---|---|")
     for arm in args.arms.split(","):
         train_arm(arm, data, args.steps, args.every, args.pairs, train_flush=not args.train_kept)
 

@@ -1,24 +1,25 @@
 """The training process's CPU settings: glibc keeps freed blocks for the next step, and denormal floats flush to zero.
 
-:func:`prepare_cpu_process` applies both, once per CPU training process (the Trainer, the anchor task, the
-planner's calibration).
+:func:`prepare_cpu_process` applies both for a CPU training run (the Trainer, the anchor task, the planner's
+calibration); :func:`restore_cpu_process` gives the calling thread its float mode back when the run ends.
 
-**Freed memory.** A CPU training step allocates and frees the same large buffers every step (activations, gradients, the loss's
-logit chunks). glibc serves a block above its mmap threshold with a fresh ``mmap`` and returns it on ``free``; the
-threshold rises with freed blocks but never above 32 MiB, and the top of the heap is trimmed back to the OS past
-twice that. Either way the next step page-faults the memory in again (zero-filled, 4 KiB at a time): 7,000–13,000
-minor faults per step at the reproduction's shape (d 128 × 4, bytes). With both thresholds raised the step reuses its
-memory (≈ 600 faults) and ran 3% faster at that shape and at d 128 × 4 with vocab 8192 (benchmarks/RESULTS.md, fifth
-pass). PyTorch's CPU tuning guide gets the same from jemalloc or tcmalloc preloaded.
+**Freed memory.** A CPU training step allocates and frees the same large buffers every step (activations, gradients,
+the loss's logit chunks). glibc serves a block above its mmap threshold with a fresh ``mmap`` and returns it on
+``free``; the threshold rises with freed blocks but never above 32 MiB, and the top of the heap is trimmed back to
+the OS past twice that. Either way the next step page-faults the memory in again (zero-filled, 4 KiB at a time):
+7,000–13,000 minor faults per step at the reproduction's shape (d 128 × 4, bytes). With both thresholds raised the
+step reuses its memory (≈ 600 faults) and ran 3% faster at that shape and at d 128 × 4 with vocab 8192
+(benchmarks/RESULTS.md, fifth pass). PyTorch's CPU tuning guide gets the same from jemalloc or tcmalloc preloaded.
 
-**Denormals.** After a few hundred steps of a small-init model (γ = 1, ε = 1e-12) the CPU flash-attention backward
-meets values in float32's subnormal range (|x| < 2⁻¹²⁶ ≈ 1.2e-38; attention weights far below their row's
-maximum, presumably), and on Intel CPUs arithmetic on subnormal operands takes a microcode assist. At the reproduction's shape (d 128 × 4, bytes, one
-thread, a Xeon with AVX-512/AMX) a training step went from 305 ms at step 100 to 466 ms from step 400 on — the
-attention backward alone from 43 to 226 ms — and back to 300 ms with flush-to-zero; the γ = 0.5, ε = 1e-5 model did
-not slow down within 600 steps (benchmarks/RESULTS.md, 2026-12-01). So without it the small-init arm of a comparison
-ran ×1.5 slower per token than its baseline, and slower than the planner's calibration at init. (A model whose logits
-are large, e.g. a tied head left at PyTorch's N(0, 1) embedding init, gets the same slowdown in the LM head.)
+**Denormals.** After a couple of hundred steps on English text, a small-init model's (γ = 1, ε = 1e-12) CPU
+flash-attention backward meets values in float32's subnormal range (|x| < 2⁻¹²⁶ ≈ 1.2e-38; attention weights far
+below their row's maximum, presumably), and Intel CPUs compute on subnormal operands through a microcode assist.
+At the reproduction's shape (d 128 × 4, bytes, one thread, a Xeon with AVX-512/AMX) its steps went from 341 ms at
+step 100 to 504–614 ms from step 200 on (the attention backward alone 43 → 226 ms), and ran at 310–344 ms with
+flush-to-zero; the γ = 0.5, ε = 1e-5 baseline stayed at 292–302 ms, and on Python source neither slowed
+(`benchmarks/denormals.py`, RESULTS.md sixth pass). So without it the small-init arm of a comparison ran up to
+×1.85 slower per token than its baseline, and slower than the planner's calibration at init. (A model with large
+logits, e.g. a tied head left at PyTorch's N(0, 1) embedding init, gets the same slowdown in the LM head.)
 ``torch.set_flush_denormal(True)`` (SSE's FTZ/DAZ) makes such values zero: results change only below 1.2e-38
 (float32) or 2.2e-308 (float64).
 """
