@@ -138,7 +138,7 @@ def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0) -> floa
     AdamW steps of the ``config``'s model (default: the tiny preset shape) on random tokens — the step the
     Trainer runs on CPU: the model's chunked loss, fused AdamW, and the training process's settings
     (:func:`~smallinit.train.host.prepare_cpu_process`: freed memory kept, denormals flushed — without the flush a
-    trained model's steps can run ×1.5 slower on Intel CPUs than these steps at init)."""
+    trained model's steps ran up to ×1.85 slower on an Intel CPU than at init in benchmarks/denormals.py)."""
     import torch
 
     from smallinit.model import ModelConfig, Transformer

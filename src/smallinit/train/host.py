@@ -11,17 +11,17 @@ the OS past twice that. Either way the next step page-faults the memory in again
 step reuses its memory (≈ 600 faults) and ran 3% faster at that shape and at d 128 × 4 with vocab 8192
 (benchmarks/RESULTS.md, fifth pass). PyTorch's CPU tuning guide gets the same from jemalloc or tcmalloc preloaded.
 
-**Denormals.** After a couple of hundred steps on English text, a small-init model's (γ = 1, ε = 1e-12) CPU
-flash-attention backward meets values in float32's subnormal range (|x| < 2⁻¹²⁶ ≈ 1.2e-38; attention weights far
-below their row's maximum, presumably), and Intel CPUs compute on subnormal operands through a microcode assist.
-At the reproduction's shape (d 128 × 4, bytes, one thread, a Xeon with AVX-512/AMX) its steps went from 341 ms at
-step 100 to 504–614 ms from step 200 on (the attention backward alone 43 → 226 ms), and ran at 310–344 ms with
-flush-to-zero; the γ = 0.5, ε = 1e-5 baseline stayed at 292–302 ms, and on Python source neither slowed
-(`benchmarks/denormals.py`, RESULTS.md sixth pass). So without it the small-init arm of a comparison ran up to
-×1.85 slower per token than its baseline, and slower than the planner's calibration at init. (A model with large
-logits, e.g. a tied head left at PyTorch's N(0, 1) embedding init, gets the same slowdown in the LM head.)
-``torch.set_flush_denormal(True)`` (SSE's FTZ/DAZ) makes such values zero: results change only below 1.2e-38
-(float32) or 2.2e-308 (float64).
+**Denormals.** After a couple of hundred steps on English text, a small-init model's (γ = 1, ε = 1e-12) CPU flash-
+attention backward meets values in float32's subnormal range (|x| < 2⁻¹²⁶ ≈ 1.2e-38; attention weights far below
+their row's maximum, presumably), and Intel CPUs compute on subnormal operands through a microcode assist. At the
+reproduction's shape (d 128 × 4, bytes, one thread, a Xeon with AVX-512/AMX) its steps went from 341 ms at step 100
+to 504–614 ms from step 200 on (the attention backward alone 43 → 226 ms), and ran at 310–344 ms with flush-to-zero;
+the γ = 0.5, ε = 1e-5 baseline stayed at 292–302 ms, and on Python source neither slowed (`benchmarks/denormals.py`,
+RESULTS.md sixth pass). That was the benchmark's recipe (AdamW defaults, constant lr); two Trainer runs of 400 and
+900 steps with the project's recipe did not slow down with or without the flush, so here it is insurance that costs
+nothing measurable. (A model with large logits, e.g. a tied head left at PyTorch's N(0, 1) embedding init, gets the
+same slowdown in the LM head.) ``torch.set_flush_denormal(True)`` (SSE's FTZ/DAZ) makes such values zero: results
+change only below 1.2e-38 (float32) or 2.2e-308 (float64).
 """
 
 from __future__ import annotations
