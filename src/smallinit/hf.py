@@ -187,6 +187,8 @@ def model_config_from_hf(hf: dict[str, Any], max_seq_len: int | None = None) -> 
             tie_embeddings=bool(_get(hf, "tie_word_embeddings", False)))
     except KeyError as e:
         raise ConfigError(f"config.json: missing field {e.args[0]!r}") from None
+    except ConfigError:
+        raise  # _int's own line, naming the field (ConfigError is a ValueError: not to be wrapped again)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"config.json: bad value ({e})") from None
     try:

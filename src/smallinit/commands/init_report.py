@@ -22,9 +22,10 @@ def run(args: argparse.Namespace) -> int:
     from smallinit.train.loop import machine_memory
 
     cfg = load_config(args.config, args.overrides)
-    need, have = 4 * cfg.model.num_params(), machine_memory(torch.device("cpu"))
+    n_params, have = cfg.model.num_params(), machine_memory(torch.device("cpu"))
+    need = 4 * n_params
     if have is not None and need > have:  # the report draws every weight: refuse before a swap storm
-        raise ConfigError(f"the model has {cfg.model.num_params():,} parameters ({need / 2**30:.1f} GiB in float32), "
+        raise ConfigError(f"the model has {n_params:,} parameters ({need / 2**30:.1f} GiB in float32), "
                           f"more than this machine's {have / 2**30:.1f} GiB of memory; `smallinit audit` reports "
                           "the same init on a copy with fewer blocks")
     torch.manual_seed(cfg.train.seed)
