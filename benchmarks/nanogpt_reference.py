@@ -18,7 +18,15 @@ process, models with different allocation patterns share glibc's heap (a model w
 
     python benchmarks/nanogpt_reference.py [--shapes d384,d128,d128b] [--threads 1,2] [--rounds 7] [--json OUT]
         [--logits-loss] (ours through full logits + cross_entropy)  [--compile]   (also time torch.compile'd models; compile time excluded, warm-up 3 steps)
-        [--isolated [--steps 4] [--keep-freed-memory]]
+        [--isolated [--steps 4] [--keep-freed-memory] [--bound]]
+
+``--bound`` (with ``--isolated``) adds a lower bound on what any eager implementation of our block could reach with
+PyTorch's own matmul and attention kernels (the ones nanoGPT uses): both of our models again, with their elementwise
+work made (nearly) free — RMSNorm the identity, q and k not rotated (views, as nanoGPT's split), the SwiGLU product
+silu(a)⊙b replaced by a + b (one pass forward; autograd passes an add's gradient through untouched). Every matmul, the
+attention, the gate, the loss and the optimizer stay as they are. These are not our model (they do less work); a fused
+kernel for any of the removed ops still reads and writes its tensors at least once each way, so the real model cannot
+beat them. Their GFLOP/s are counted with our model's FLOPs, as if the removed work were done.
 """
 
 from __future__ import annotations
@@ -42,11 +50,38 @@ def ours_loss(fwd, x, y):
 
 
 MODELS = ("nanoGPT", "smallinit gate=none", "smallinit gate=elementwise")
+FREE = ", elementwise free"
+BOUND_MODELS = tuple(m + FREE for m in MODELS[1:])
 
 
 def build(name: str, shape: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    return nanogpt(shape) if name == "nanoGPT" else Transformer(ours_config(shape, name.split("=")[1]))
+    if name == "nanoGPT":
+        return nanogpt(shape)
+    return Transformer(ours_config(shape, name.removesuffix(FREE).split("=")[1]))
+
+
+def make_elementwise_free() -> None:
+    """Patch this process's model code for ``--bound``: RMSNorm → the identity; SplitRope's rotation → none (q and k
+    are views of the projection as in nanoGPT, and the backward's one pass writing their gradients into one buffer
+    stays: the pass nanoGPT's split pays too); silu(a)⊙b → a + b (the forward's one pass stays, the backward is free).
+    Refuses to patch a name the model code no longer has (a silent no-op would time the real model)."""
+    import torch.nn.functional as F
+
+    from smallinit.model import fused, mlp, norm
+
+    def swiglu_as_sum(self, x):
+        w_gate, w_up = self.w_gate_up.weight.split([self.d_ff, self.d_ff], dim=0)
+        return self.w_down(F.linear(x, w_gate) + F.linear(x, w_up))
+
+    def no_rotation(x, cos, sin, sign, out=None):
+        return x if out is None else out.copy_(x)
+
+    for owner, attr, replacement in ((norm.RMSNorm, "forward", lambda self, h: h), (fused, "rotate", no_rotation),
+                                     (mlp.SwiGLU, "forward", swiglu_as_sum)):
+        if not hasattr(owner, attr):
+            raise SystemExit(f"error: --bound: {owner.__name__}.{attr} is gone; update make_elementwise_free")
+        setattr(owner, attr, replacement)
 
 
 def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, keep_freed: bool = False) -> dict:
@@ -56,6 +91,8 @@ def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, ke
         from smallinit.train.host import keep_freed_memory
 
         keep_freed_memory()
+    if name.endswith(FREE):
+        make_elementwise_free()
     _, _, _, _, T, B, V = SHAPES[shape]
     model = build(name, shape)
     step = make_step(model, V, T, B, loss_fn=None if name == "nanoGPT" or logits_loss else ours_loss)
@@ -71,12 +108,12 @@ def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, ke
 
 
 def time_isolated(shape: str, threads: int, rounds: int, steps: int, logits_loss: bool,
-                  keep_freed: bool = False) -> dict[str, dict[str, float]]:
+                  keep_freed: bool = False, models: tuple[str, ...] = MODELS) -> dict[str, dict[str, float]]:
     """Median over rounds of each model's per-process median step time; each round runs every model in turn, each
     in a fresh process."""
-    per: dict[str, list[dict]] = {k: [] for k in MODELS}
+    per: dict[str, list[dict]] = {k: [] for k in models}
     for _ in range(rounds):
-        for k in MODELS:
+        for k in models:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", k, "--shapes", shape, "--threads",
                    str(threads), "--steps", str(steps)] + ["--logits-loss"] * logits_loss \
                 + ["--keep-freed-memory"] * keep_freed
@@ -87,10 +124,11 @@ def time_isolated(shape: str, threads: int, rounds: int, steps: int, logits_loss
 
 
 def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool = False,
-        isolated_steps: int = 0, keep_freed: bool = False) -> list[dict]:
+        isolated_steps: int = 0, keep_freed: bool = False, bound: bool = False) -> list[dict]:
     torch.set_num_threads(threads)
     d, L, H, ff, T, B, V = SHAPES[shape]
-    models = {k: build(k, shape) for k in MODELS}
+    names = MODELS + BOUND_MODELS * bound
+    models = {k: build(k, shape) for k in names}  # unpatched here: the FLOP count of the model as shipped
     fpt = {k: m.flops_per_token(T) for k, m in models.items()}
     steps = {}
     if not isolated_steps:
@@ -102,7 +140,7 @@ def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool
                 fpt[k + " compiled"] = fpt[k]
     peak = matmul_peak()
     if isolated_steps:
-        secs = time_isolated(shape, threads, rounds, isolated_steps, logits_loss, keep_freed)
+        secs = time_isolated(shape, threads, rounds, isolated_steps, logits_loss, keep_freed, names)
     else:
         secs = time_alternating(steps, rounds, warmup=3 if compile_ else 2)
     rows = []
@@ -133,6 +171,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="timed steps per process with --isolated")
     ap.add_argument("--keep-freed-memory", action="store_true",
                     help="with --isolated: every model's process keeps freed blocks for reuse, as the Trainer does")
+    ap.add_argument("--bound", action="store_true",
+                    help="with --isolated: also our models with norms, RoPE and the SwiGLU product made free")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -143,13 +183,15 @@ def main() -> None:
         ap.error("--isolated times eager models only")
     if args.keep_freed_memory and not args.isolated:
         ap.error("--keep-freed-memory needs --isolated (a process setting: every model gets its own process)")
+    if args.bound and not args.isolated:
+        ap.error("--bound needs --isolated (it patches the model classes of the process it runs in)")
     all_rows = []
     for t in [int(x) for x in args.threads.split(",")]:
         torch.set_num_threads(t)
         print(header(t), flush=True)
         for shape in args.shapes.split(","):
             rows = run(shape, t, args.rounds, args.compile, args.logits_loss, args.steps if args.isolated else 0,
-                       args.keep_freed_memory)
+                       args.keep_freed_memory, args.bound)
             all_rows += rows
             print(f"\n{shape} ({SHAPES[shape]}), {t} thread(s), "
                   f"{'each model alone in its process, ' if args.isolated else ''}fp32 matmul peak in this run "
