@@ -155,3 +155,19 @@ def test_disk_full_during_prepare_is_one_line_and_leaves_nothing(tmp_path, capsy
     err = capsys.readouterr().err
     assert [l for l in err.splitlines() if l.startswith("error:")] and "No space left" in err and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]  # no output, no temporary folder
+
+
+def test_argparse_errors_are_one_error_line_without_a_usage_block(capsys):
+    """What argparse refuses (a missing argument, a bad value, an unknown option or verb) is one `error:` line that
+    names the problem and the verb's --help — argparse's own format printed a usage block first."""
+    cases = [(["crossover"], "the following arguments are required", "smallinit crossover --help"),
+             (["reproduce", "--jobs", "x"], "argument --jobs: invalid int value: 'x'", "smallinit reproduce --help"),
+             (["train", "--no-such-flag"], "unrecognized arguments: --no-such-flag", "smallinit train --help"),
+             (["no-such-verb"], "invalid choice: 'no-such-verb'", "smallinit --help")]
+    for argv, problem, where in cases:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as e:
+            cli(argv)
+        err = capsys.readouterr().err.splitlines()
+        assert e.value.code == 2 and len(err) == 1, (argv, err)
+        assert err[0].startswith("error: ") and problem in err[0] and f"(see '{where}')" in err[0], (argv, err)

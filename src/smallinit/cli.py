@@ -39,8 +39,16 @@ def _load(verb: str):
     return importlib.import_module(f"smallinit.commands.{VERBS[verb]}")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with our error format: bad arguments are one ``error:`` line that says where the help is (argparse
+    prints its usage block first and prefixes the line with the program's name). Exit status 2, as argparse's."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser(verbs: list[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="smallinit", description=__doc__.splitlines()[0])
+    parser = Parser(prog="smallinit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb in verbs if verbs is not None else VERBS:
         try:
@@ -86,8 +94,9 @@ def _main(argv: list[str] | None) -> int:
     if extra and isinstance(getattr(args, "overrides", None), list) and all(
             "=" in x and not x.startswith("-") for x in extra):
         args.overrides += extra
-    elif extra:
-        parser.parse_args(argv)  # argparse's own one-line error for what it does not know (exit 2)
+    elif extra:  # what no parser knows: argparse's wording, pointing at the verb's help
+        prog = f"smallinit {args.verb}" if getattr(args, "verb", None) else "smallinit"
+        parser.exit(2, f"error: unrecognized arguments: {' '.join(extra)} (see '{prog} --help')\n")
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
