@@ -301,3 +301,25 @@ def test_a_corpus_tokenized_otherwise_than_the_preset_is_noted(token_dir):
     assert note.startswith("note: preset cpu is sized for a byte corpus") and "bpe (vocabulary 512)" in note
     assert corpus_note(get_preset("demo"), token_dir) is None  # demo prepares BPE itself
     assert corpus_note(get_preset("gpu"), token_dir) is None  # gpu names no corpus of its own
+
+
+def test_the_learning_rate_paragraph_names_the_anchor_tasks_own_rate():
+    """The demo trains its LM arms at 3e-3 and the anchor task at 1e-3: the report said 'one learning rate for every
+    arm'."""
+    import dataclasses
+
+    from smallinit.experiments.report import build_blocks
+
+    def lr_paragraph(preset):
+        blocks = build_blocks(preset=preset, claims=[], lr_tables={}, regime=[], corpus={}, timings={}, plan_text="",
+                              lr_plot=None)
+        i = blocks.index(("h2", "Learning rates", "lr"))
+        return blocks[i + 1][1]
+
+    assert DEMO.lrs == (3e-3,) and DEMO.anchor_lrs == (1e-3,)
+    text = lr_paragraph(DEMO)
+    assert "(0.003) for every language-model arm" in text and "anchor task's arms all train at 0.001" in text
+    same = lr_paragraph(dataclasses.replace(DEMO, anchor_lrs=(3e-3,)))
+    assert "0.001" not in same and "at the same rate" in same
+    tuned = lr_paragraph(dataclasses.replace(DEMO, anchor_lrs=(3e-4, 1e-3)))
+    assert "best of 0.0003, 0.001" in tuned

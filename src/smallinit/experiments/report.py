@@ -154,8 +154,15 @@ def build_blocks(*, preset, claims: list[dict[str, Any]], lr_tables: dict[str, d
                        "(validation batches disjoint from those behind the reported val_loss); the anchor task selects "
                        "on its in-distribution tune set, never on the held-out pairs."))
     else:
-        B.append(("p", f"This preset uses one learning rate ({preset.lrs[0]:g}) for every arm — not tuned per arm; "
-                       "the cpu and gpu presets sweep it."))
+        if len(preset.anchor_lrs) > 1:
+            anchor = ("; the anchor task's arms each keep the best of " + ", ".join(f"{x:g}" for x in preset.anchor_lrs)
+                      + " on their in-distribution tune set")
+        elif preset.anchor_lrs and preset.anchor_lrs[0] != preset.lrs[0]:
+            anchor = f"; the anchor task's arms all train at {preset.anchor_lrs[0]:g}"
+        else:
+            anchor = "; the anchor task's arms at the same rate"
+        B.append(("p", f"This preset uses one learning rate ({preset.lrs[0]:g}) for every language-model arm, not "
+                       f"tuned per arm (the cpu and gpu presets sweep it){anchor}."))
     if lr_plot:
         B.append(("img", lr_plot, "learning-rate sweep"))
     lr_rows = []
@@ -168,7 +175,8 @@ def build_blocks(*, preset, claims: list[dict[str, Any]], lr_tables: dict[str, d
     B.append(("p", f"The paper trains {PAPER_REGIME['params']} parameters on {PAPER_REGIME['tokens']} tokens "
                    f"({PAPER_REGIME['tokens_per_param']} tokens per parameter). The runs here are far smaller and "
                    "far shorter; a claim that is not supported here may still hold at the paper's scale."))
-    B.append(("table", ["run", "d_model", "layers", "params", "non-emb params", "tokens", "tokens/param", "wall time"],
+    B.append(("table", ["run", "d_model", "layers", "params", "non-emb params", "tokens", "tokens/param (all params)",
+                        "wall time"],
               [[r["run"], r["d_model"], r["n_layers"], _m(r["params"]), _m(r["non_embedding_params"]), _m(r["tokens"]),
                 _num(r["tokens_per_param"], 3), fmt_seconds(r.get("wall_time"))] for r in regime]
               + [["paper", "—", "—", PAPER_REGIME["params"], "—", PAPER_REGIME["tokens"], PAPER_REGIME["tokens_per_param"],
