@@ -40,7 +40,8 @@ VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_REACHED, NOT_RUN)
 
 RULE = ("supported when the effect's 95% interval lies entirely above 0; not supported when entirely below 0; "
         "inconclusive otherwise. Loss differences: a t-interval over seed-paired differences with ≥ 2 seeds; with "
-        "one seed, the bootstrap over windows widened to the preset's seed-noise floor.")
+        "one seed, the bootstrap over windows widened to the preset's seed-noise floor, and inconclusive when the "
+        "preset measured no floor (one seed says nothing about training noise).")
 
 
 @dataclass
