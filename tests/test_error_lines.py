@@ -114,6 +114,22 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
         ("compare: bins above tokens", ["compare", str(run), str(run), "--tokens", "4", "--bins", "9", "--out",
                                         str(tmp / "c2")]),
         ("reproduce: bad corpus", ["reproduce", "--preset", "test", "--corpus", missing, "--out", str(tmp / "rp")]),
+        # found by a review helper (2026-12-01): tracebacks, silently accepted values, a false message
+        ("prepare: infinite byte count", ["prepare", "builtin:stdlib", "--out", str(tmp / "p1"), "--max-bytes", "infM"]),
+        ("prepare: zero BPE sample", ["prepare", "builtin:stdlib", "--out", str(tmp / "p2"), "--bpe-sample-bytes", "0"]),
+        ("prepare: negative seed", ["prepare", "builtin:stdlib", "--out", str(tmp / "p3"), "--seed", "-1"]),
+        ("prepare: empty --out", ["prepare", "builtin:stdlib", "--out", ""]),
+        ("reproduce: infinite hours", ["reproduce", "--preset", "demo", "--hours", "inf", "--dry-run", "--out",
+                                       str(tmp / "rp2")]),
+        ("reproduce: infinite gflops", ["reproduce", "--preset", "demo", "--gflops", "inf", "--dry-run", "--out",
+                                        str(tmp / "rp3")]),
+        ("sweep: infinite gflops", ["sweep", str(sweep_nodata), "--gflops", "inf", "--dry-run", "--out",
+                                    str(tmp / "w3")]),
+        ("audit: zero blocks", ["audit", "tiny", "--blocks", "0"]),
+        ("audit: negative grad clip", ["audit", "tiny", "--grad-clip", "-1"]),
+        ("audit: nan grad clip", ["audit", "tiny", "--grad-clip", "nan"]),
+        ("anchor: negative seed", ["anchor", "--seed", "-1", "--out", str(tmp / "a9")]),
+        ("no verb", []),
     ]
 
 

@@ -59,7 +59,7 @@ def build_parser(verbs: list[str] | None = None) -> argparse.ArgumentParser:
             raise
         p = sub.add_parser(verb, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        p.set_defaults(_run=mod.run, verb=verb)
     return parser
 
 
@@ -85,20 +85,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Build only the requested verb's parser when we can (fast start, isolated imports).
-    verbs = [argv[0]] if argv and argv[0] in VERBS else None
-    parser = build_parser(verbs)
-    args, extra = parser.parse_known_args(argv)
-    # dotted overrides may come after options too (`train --config tiny model.gamma=0.5 --out runs/x data.path=d`):
-    # argparse takes a positional list only once, so the later ones arrive here and join it
-    if extra and isinstance(getattr(args, "overrides", None), list) and all(
-            "=" in x and not x.startswith("-") for x in extra):
-        args.overrides += extra
-    elif extra:  # what no parser knows: argparse's wording, pointing at the verb's help
-        prog = f"smallinit {args.verb}" if getattr(args, "verb", None) else "smallinit"
-        parser.exit(2, f"error: unrecognized arguments: {' '.join(extra)} (see '{prog} --help')\n")
+    if not argv:
+        parser = build_parser([])
+        parser.error("give a verb: " + ", ".join(VERBS))
+    if argv[0] in VERBS:
+        # only the requested verb's parser (fast start, isolated imports); it takes its options and positionals in
+        # any order (`train --config tiny model.gamma=0.5 --out runs/x data.path=d`, `crossover A --out X B ...`)
+        verb_parser = build_parser([argv[0]])._subparsers._group_actions[0].choices[argv[0]]
+        args, extra = verb_parser.parse_known_intermixed_args(argv[1:])
+        if extra:  # name the unknown options only: a positional after one lands here too
+            verb_parser.error("unrecognized arguments: " + " ".join([x for x in extra if x.startswith("-")] or extra))
+        if getattr(args, "out", None) is not None and not str(args.out).strip():
+            verb_parser.error("argument --out: an empty name (Path('') would mean the current folder)")
+    else:
+        args = build_parser().parse_args(argv)  # --help, or argparse's one error line for an unknown verb
     if not getattr(args, "_run", None):
-        parser.print_help()
+        build_parser().print_help()
         return 2
     try:
         return int(args._run(args) or 0)
