@@ -13,7 +13,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="TARGET",
                    help="a Hugging Face model folder or config.json (built from the config, never downloading), "
                         "a smallinit run or checkpoint directory, a preset name or a YAML config")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="for a preset/YAML, e.g. model.gamma=0.5")
+    p.add_argument("overrides", nargs="*", default=[], metavar="section.key=value",
+                   help="for a preset/YAML, e.g. model.gamma=0.5")
     p.add_argument("--gamma", type=float, default=1.0, help="the γ-rule to compare with: target σ = fan_in^-γ (default 1)")
     p.add_argument("--widths", metavar="D1,D2,...", help="also rebuild the family at these widths and fit slopes vs width")
     p.add_argument("--out", metavar="DIR", help="write audit.json, audit.md and figures here (new, empty, or a previous audit)")
@@ -65,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_params is not None and not 1 <= args.max_params < float("inf"):
         raise ConfigError(f"--max-params must be a finite count >= 1, got {args.max_params}")
+    if args.blocks is not None and args.blocks < 1:
+        raise ConfigError(f"--blocks must be >= 1, got {args.blocks}")
+    if args.grad_clip is not None and not 0 <= args.grad_clip < float("inf"):
+        raise ConfigError(f"--grad-clip must be a finite number >= 0 (0 = off), got {args.grad_clip}")
+    if not 0 <= args.seed < 2**63:
+        raise ConfigError(f"--seed must be an integer in [0, 2^63), got {args.seed}")
     tgt = load_target(args.target, args.overrides, max_params=int(args.max_params or DEFAULT_MAX_PARAMS),
                       blocks=args.blocks or DEFAULT_BLOCKS, seed=args.seed)
     eps = args.eps if args.eps is not None else (tgt.optimizer_eps if tgt.optimizer_eps is not None else 1e-8)

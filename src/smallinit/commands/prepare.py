@@ -31,14 +31,26 @@ def _weights(s: str) -> list[float]:
 
 
 def _size(s: str) -> int:
-    """An integer byte count; accepts suffixes K, M, G (powers of 1000)."""
+    """An integer byte count ≥ 1; accepts suffixes K, M, G (powers of 1000)."""
     mult = {"K": 10**3, "M": 10**6, "G": 10**9}
     try:
-        if s[-1:].upper() in mult:
-            return int(float(s[:-1]) * mult[s[-1].upper()])
-        return int(s)
+        n = int(float(s[:-1]) * mult[s[-1].upper()]) if s[-1:].upper() in mult else int(s)
+    except (ValueError, OverflowError):  # OverflowError: inf, 1e999K
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a byte count >= 1 like 5000000 or 5M, got {s!r}")
+    return n
+
+
+def _seed(s: str) -> int:
+    """A seed: an integer in [0, 2^63), as ``train.seed``."""
+    try:
+        n = int(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a byte count like 5000000 or 5M, got {s!r}") from None
+        n = -1
+    if not 0 <= n < 2**63:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2^63), got {s!r}")
+    return n
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="read at most N bytes of text per source (e.g. 5M)")
     p.add_argument("--bpe-sample-bytes", type=_size, default=None, metavar="N",
                    help="text used to train the BPE, over all sources (default: 100M)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the val/mixing selection (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the val/mixing selection (default: 0)")
     p.add_argument("--workers", type=int, default=2, help="encoding threads (default: 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 

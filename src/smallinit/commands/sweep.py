@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 HELP = "run a grid (or list) of training runs from a sweep YAML, resumably; writes DIR/summary.csv and summary.md"
 
@@ -43,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
-    if args.gflops is not None and not args.gflops > 0:
-        raise ConfigError(f"--gflops must be > 0, got {args.gflops}")
+    if args.gflops is not None and not 0 < args.gflops < math.inf:
+        raise ConfigError(f"--gflops must be a finite number > 0, got {args.gflops}")
     spec = load_sweep(args.sweep)
     jobs = args.jobs or default_jobs(len(spec.runs))
     if args.dry_run:

@@ -113,6 +113,8 @@ class AnchorConfig:
             raise ConfigError(f"anchor: stop_in_acc must be in [0, 1] (0 = off), got {self.stop_in_acc}")
         if self.threads < 0:
             raise ConfigError(f"anchor: threads must be >= 0 (0 = PyTorch's default), got {self.threads}")
+        if not 0 <= self.seed < 2**32:  # the data generator's seed is 1_000_003·seed + 17, within 64 bits
+            raise ConfigError(f"anchor: seed must be an integer in [0, 2^32), got {self.seed}")
         try:
             model_config(self).validate()  # gamma, norm_eps, gate, heads: the model's own checks, before any work
         except ValueError as e:

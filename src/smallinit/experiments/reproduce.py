@@ -15,6 +15,7 @@ Outputs: ``OUT/runs/`` and ``OUT/anchor/`` (run directories), ``OUT/compare/`` (
 from __future__ import annotations
 
 import copy
+import math
 
 import os
 import time
@@ -351,11 +352,11 @@ def reproduce(preset: str | Preset, out: str | os.PathLike, corpus: str | os.Pat
     for name, v in (("--seeds", seeds), ("--jobs", jobs)):
         if v is not None and v < 1:
             raise ConfigError(f"{name} must be >= 1, got {v}")
-    if gflops is not None and not gflops > 0:
-        raise ConfigError(f"--gflops must be > 0, got {gflops}")
+    if gflops is not None and not 0 < gflops < math.inf:
+        raise ConfigError(f"--gflops must be a finite number > 0, got {gflops}")
     p = get_preset(preset, seeds)
-    if hours is not None and not hours > 0:
-        raise ConfigError(f"--hours must be > 0, got {hours}")
+    if hours is not None and not 0 < hours < math.inf:
+        raise ConfigError(f"--hours must be a finite number > 0, got {hours}")
     check_corpus_path(p, corpus, Path(out), planning=dry_run)
     rep = Reproduction(p, out, corpus, jobs=jobs, gflops=gflops, log=log, retry_failed=retry_failed, hours=hours)
     # what the real run would refuse, the dry run refuses too (it writes nothing either way)
