@@ -153,6 +153,8 @@ def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | o
     contains or lies inside one of them is refused whatever ``force`` says — unless the verb continues that very
     output (``can_continue`` and ``out`` is itself an input, as in ``train --resume``)."""
     out = Path(out)
+    if out.name in ("", ".."):  # ".", "..", "a/..": name the folder itself, so
+        out = _resolved(out)  # that its temporary sibling lies beside it, not inside it
     what = KIND_NAMES.get(kind, kind)
     for src in inputs:
         if src is None or str(src) == "":
@@ -224,7 +226,8 @@ def install_dir(tmp: Path, plan: OutputPlan) -> Path:
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)
         else:  # something appeared meanwhile: never delete it
-            raise ConfigError(f"{out}: appeared while the output was being written; the result is left in {tmp}")
+            raise ConfigError(f"{out}: appeared while the output was being written; it is left as it is and the "
+                              "new output was not installed")
     os.replace(tmp, out)
     fsync_dir(out.parent)
     if old is not None:

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import warnings
 from array import array
@@ -44,8 +43,7 @@ from smallinit.data.tokenizer import (
     train_bpe,
 )
 from smallinit.errors import ConfigError, DataError
-from smallinit.io import umask
-from smallinit.outputs import install_dir
+from smallinit.outputs import install_dir, tmp_dir_for
 
 META_FORMAT = "smallinit-tokens"
 META_VERSION = 1
@@ -97,10 +95,8 @@ def prepare_corpus(
     plan = _check_out_dir(out, inputs, tok_path, force)
     os.environ.setdefault("RAYON_NUM_THREADS", str(num_workers))
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = tmp_dir_for(plan.path)  # beside the folder itself (through a link, beside its target: one filesystem)
     try:
-        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it private; DIR gets the usual permissions
         # 1. tokenizer -------------------------------------------------------------------------
         t0 = time.time()
         if tok_kind == "bpe":
