@@ -160,7 +160,7 @@ def build_blocks(*, preset, claims: list[dict[str, Any]], lr_tables: dict[str, d
         elif preset.anchor_lrs and preset.anchor_lrs[0] != preset.lrs[0]:
             anchor = f"; the anchor task's arms all train at {preset.anchor_lrs[0]:g}"
         else:
-            anchor = "; the anchor task's arms at the same rate"
+            anchor = "; the anchor task's arms train at the same rate"
         B.append(("p", f"This preset uses one learning rate ({preset.lrs[0]:g}) for every language-model arm, not "
                        f"tuned per arm (the cpu and gpu presets sweep it){anchor}."))
     if lr_plot:
