@@ -9,7 +9,7 @@ HELP = "show the γ-rule initialization (target and measured std per parameter) 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="small", help="preset name or YAML (default: small)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="e.g. model.gamma=0.5")
+    p.add_argument("overrides", nargs="*", default=[], metavar="section.key=value", help="e.g. model.gamma=0.5")
 
 
 def run(args: argparse.Namespace) -> int:
