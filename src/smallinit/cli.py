@@ -47,9 +47,11 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser(verbs: list[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(verbs: list[str] | None = None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``smallinit`` parser with the sub-parsers of ``verbs`` (None: all), and those sub-parsers by verb."""
     parser = Parser(prog="smallinit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    verb_parsers = {}
     for verb in verbs if verbs is not None else VERBS:
         try:
             mod = _load(verb)
@@ -60,7 +62,8 @@ def build_parser(verbs: list[str] | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(verb, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run, verb=verb)
-    return parser
+        verb_parsers[verb] = p
+    return parser, verb_parsers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,22 +89,18 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        parser = build_parser([])
-        parser.error("give a verb: " + ", ".join(VERBS))
-    if argv[0] in VERBS:
-        # only the requested verb's parser (fast start, isolated imports); it takes its options and positionals in
-        # any order (`train --config tiny model.gamma=0.5 --out runs/x data.path=d`, `crossover A --out X B ...`)
-        verb_parser = build_parser([argv[0]])._subparsers._group_actions[0].choices[argv[0]]
-        args, extra = verb_parser.parse_known_intermixed_args(argv[1:])
-        if extra:  # name the unknown options only: a positional after one lands here too
-            verb_parser.error("unrecognized arguments: " + " ".join([x for x in extra if x.startswith("-")] or extra))
-        if getattr(args, "out", None) is not None and not str(args.out).strip():
-            verb_parser.error("argument --out: an empty name (Path('') would mean the current folder)")
-    else:
-        args = build_parser().parse_args(argv)  # --help, or argparse's one error line for an unknown verb
-    if not getattr(args, "_run", None):
-        build_parser().print_help()
+        build_parser([])[0].error("give a verb: " + ", ".join(VERBS))
+    if argv[0] not in VERBS:  # --help, or argparse's one error line for an unknown verb
+        build_parser()[0].parse_args(argv)
         return 2
+    # only the requested verb's parser (fast start, isolated imports); it takes its options and positionals in any
+    # order (`train --config tiny model.gamma=0.5 --out runs/x data.path=d`, `crossover A --out X B ...`)
+    verb_parser = build_parser([argv[0]])[1][argv[0]]
+    args, extra = verb_parser.parse_known_intermixed_args(argv[1:])
+    if extra:  # name the unknown options only: a positional after one lands here too
+        verb_parser.error("unrecognized arguments: " + " ".join([x for x in extra if x.startswith("-")] or extra))
+    if getattr(args, "out", None) is not None and not str(args.out).strip():
+        verb_parser.error("argument --out: an empty name (Path('') would mean the current folder)")
     try:
         return int(args._run(args) or 0)
     except Interrupted as e:  # a run stopped by SIGINT/SIGTERM after its checkpoint: 128 + the signal
