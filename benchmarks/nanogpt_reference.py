@@ -17,7 +17,7 @@ process, models with different allocation patterns share glibc's heap (a model w
 32 MB chunks), which moved a same-process A/B by up to 10% in the fifth pass of RESULTS.md.
 
     python benchmarks/nanogpt_reference.py [--shapes d384,d128,d128b] [--threads 1,2] [--rounds 7] [--json OUT]
-        [--logits-loss] (ours through full logits + cross_entropy)  [--compile]   (also time torch.compile'd models; compile time excluded, warm-up 3 steps)
+        [--logits-loss] (ours through full logits + cross_entropy)  [--compile]   (also time torch.compile'd models; compile time excluded, warm-up 3 steps; with --isolated each in its own process too)
         [--isolated [--steps 4] [--keep-freed-memory] [--bound]]
 
 ``--bound`` (with ``--isolated``) adds a lower bound on what any eager implementation of our block could reach with
@@ -52,13 +52,16 @@ def ours_loss(fwd, x, y):
 MODELS = ("nanoGPT", "smallinit gate=none", "smallinit gate=elementwise")
 FREE = ", elementwise free"
 BOUND_MODELS = tuple(m + FREE for m in MODELS[1:])
+COMPILED = " compiled"
 
 
 def build(name: str, shape: str) -> torch.nn.Module:
+    """The model ``name`` names, not compiled (a ``COMPILED`` name is compiled by its caller)."""
     torch.manual_seed(0)
+    name = name.removesuffix(COMPILED).removesuffix(FREE)
     if name == "nanoGPT":
         return nanogpt(shape)
-    return Transformer(ours_config(shape, name.removesuffix(FREE).split("=")[1]))
+    return Transformer(ours_config(shape, name.split("=")[1]))
 
 
 def make_elementwise_free() -> None:
@@ -85,7 +88,8 @@ def make_elementwise_free() -> None:
 
 
 def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, keep_freed: bool = False) -> dict:
-    """One model alone in this process: median wall and CPU seconds per step over ``steps`` after 2 warm-up steps."""
+    """One model alone in this process: median wall and CPU seconds per step over ``steps`` after 2 warm-up steps
+    (3 for a ``COMPILED`` name, whose first step compiles: compile time excluded)."""
     torch.set_num_threads(threads)
     if keep_freed:
         from smallinit.train.host import keep_freed_memory
@@ -95,8 +99,10 @@ def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, ke
         make_elementwise_free()
     _, _, _, _, T, B, V = SHAPES[shape]
     model = build(name, shape)
-    step = make_step(model, V, T, B, loss_fn=None if name == "nanoGPT" or logits_loss else ours_loss)
-    for _ in range(2):
+    compiled = name.endswith(COMPILED)
+    lf = None if name.startswith("nanoGPT") or logits_loss else ours_loss
+    step = make_step(model, V, T, B, forward=torch.compile(model) if compiled else None, loss_fn=lf)
+    for _ in range(3 if compiled else 2):
         step()
     wall, cpu = [], []
     for _ in range(steps):
@@ -127,7 +133,7 @@ def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool
         isolated_steps: int = 0, keep_freed: bool = False, bound: bool = False) -> list[dict]:
     torch.set_num_threads(threads)
     d, L, H, ff, T, B, V = SHAPES[shape]
-    names = MODELS + BOUND_MODELS * bound
+    names = MODELS + BOUND_MODELS * bound + tuple(m + COMPILED for m in MODELS) * (compile_ and bool(isolated_steps))
     models = {k: build(k, shape) for k in names}  # unpatched here: the FLOP count of the model as shipped
     fpt = {k: m.flops_per_token(T) for k, m in models.items()}
     steps = {}
@@ -179,8 +185,6 @@ def main() -> None:
         print("RESULT " + json.dumps(child(args.shapes, args.child, int(args.threads), args.steps, args.logits_loss,
                                            args.keep_freed_memory)), flush=True)
         return
-    if args.isolated and args.compile:
-        ap.error("--isolated times eager models only")
     if args.keep_freed_memory and not args.isolated:
         ap.error("--keep-freed-memory needs --isolated (a process setting: every model gets its own process)")
     if args.bound and not args.isolated:
