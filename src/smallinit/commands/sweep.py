@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 
 HELP = "run a grid (or list) of training runs from a sweep YAML, resumably; writes DIR/summary.csv and summary.md"
 
@@ -37,15 +36,14 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from smallinit.errors import ConfigError
-    from smallinit.experiments.cost import (default_jobs, default_threads, fmt_seconds, measure_gflops, model_cost,
-                                            wall_seconds)
+    from smallinit.experiments.cost import (check_gflops, default_jobs, default_threads, fmt_seconds, measure_gflops,
+                                            model_cost, wall_seconds)
     from smallinit.experiments.sweep import load_sweep, run_sweep
     from smallinit.rundir import run_state
 
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
-    if args.gflops is not None and not 0 < args.gflops < math.inf:
-        raise ConfigError(f"--gflops must be a finite number > 0, got {args.gflops}")
+    check_gflops(args.gflops)
     spec = load_sweep(args.sweep)
     jobs = args.jobs or default_jobs(len(spec.runs))
     if args.dry_run:

@@ -56,6 +56,14 @@ def default_threads(parallel: int) -> int:
     return max(1, usable_cores() // parallel)
 
 
+def check_gflops(gflops: float | None) -> None:
+    """An assumed training throughput (``--gflops``) must be a finite number > 0 (None: measured here)."""
+    from smallinit.errors import ConfigError
+
+    if gflops is not None and not 0 < gflops < math.inf:
+        raise ConfigError(f"--gflops must be a finite number > 0, got {gflops}")
+
+
 def wall_seconds(seconds: Sequence[float], workers: int, started: Sequence[float] = ()) -> float:
     """Wall-clock of one batch of runs trained ``workers`` at a time, each run in order starting when a worker is
     free (the runners' queue): the makespan of list scheduling, max over workers of the summed times of its runs.

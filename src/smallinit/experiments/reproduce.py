@@ -24,7 +24,8 @@ from typing import Any, Callable
 from smallinit.experiments.claims import registry
 from smallinit.experiments.claims.context import ClaimContext, anchor_name, make_result, run_name
 from smallinit.experiments.claims.rules import INCONCLUSIVE, RULE, Verdict, seed_noise_floor
-from smallinit.experiments.cost import default_jobs, default_threads, fmt_seconds, measure_anchor_gflops, measure_gflops
+from smallinit.experiments.cost import (check_gflops, default_jobs, default_threads, fmt_seconds, measure_anchor_gflops,
+                                        measure_gflops)
 from smallinit.experiments.lr import plot_lr_sweep, select_anchor_lr, select_lr
 from smallinit.experiments.plan import (Plan, anchor_config, check_corpus, check_corpus_path, corpus_note,
                                         describe_plan, ensure_corpus, lm_config, make_plan, phase2_jobs,
@@ -351,8 +352,7 @@ def reproduce(preset: str | Preset, out: str | os.PathLike, corpus: str | os.Pat
     for name, v in (("--seeds", seeds), ("--jobs", jobs)):
         if v is not None and v < 1:
             raise ConfigError(f"{name} must be >= 1, got {v}")
-    if gflops is not None and not 0 < gflops < math.inf:
-        raise ConfigError(f"--gflops must be a finite number > 0, got {gflops}")
+    check_gflops(gflops)
     p = get_preset(preset, seeds)
     if hours is not None and not 0 < hours < math.inf:
         raise ConfigError(f"--hours must be a finite number > 0, got {hours}")

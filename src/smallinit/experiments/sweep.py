@@ -37,7 +37,6 @@ from __future__ import annotations
 import copy
 import csv
 import io
-import math
 import itertools
 import os
 import re
@@ -48,7 +47,7 @@ from typing import Any, Callable
 import yaml
 
 from smallinit.errors import ConfigError
-from smallinit.experiments.cost import default_threads, fmt_seconds, measure_gflops, model_cost
+from smallinit.experiments.cost import check_gflops, default_threads, fmt_seconds, measure_gflops, model_cost
 from smallinit.experiments.job import Job
 from smallinit.experiments.runner import JobResult, JobRunner
 from smallinit.io import atomic_write_json, atomic_write_text
@@ -295,8 +294,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | os.PathLike, jobs: int = 1, *, ret
     check_out_dir(out, "sweep", can_continue=True, verb="sweep")
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
-    if gflops is not None and not 0 < gflops < math.inf:
-        raise ConfigError(f"--gflops must be a finite number > 0, got {gflops}")
+    check_gflops(gflops)
     for r in spec.runs:  # the data of every run still to train, before the folder and the first run
         if run_state(out / r.name) != "done" and not (Path(r.config.data.path) / "meta.json").is_file():
             raise DataError(f"run {r.name}: data.path {r.config.data.path} is not a prepared data directory "
