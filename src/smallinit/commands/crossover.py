@@ -14,8 +14,8 @@ Same seed = same batches in every arm, so the gap G(D) = L_baseline(D) − L_arm
 examples:
   smallinit crossover baseline:model.gamma=0.5,model.norm_eps=1e-5,model.gate=none \\
       paper:model.gamma=1.0,model.norm_eps=1e-12,model.gate=elementwise \\
-      --config tiny --set data.path=data/en-bytes --tokens 8M --seeds 2 --jobs 2 --out out/xover
-  smallinit crossover ... --lrs 1e-3,3e-3,1e-2   # each arm's rate tuned first on D/8 WSD runs
+      --config tiny --set data.path=data/en-bytes --enough 75 --seeds 5 --jobs 2 --out out/xover
+  smallinit crossover ... --lrs 1e-3,3e-3,1e-2   # each arm's rate tuned first on D/4 WSD runs (own seed)
   smallinit crossover ... --dry-run      # the plan: runs, tokens, tokens per parameter, estimated time
 """
 
@@ -31,6 +31,27 @@ def parse_tokens(text: str) -> int:
     if not v >= 1 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite count >= 1 token, got {text!r}")
     return int(round(v))
+
+
+def parse_positive(text: str) -> float:
+    """A finite number > 0 ("75", "37.5"); argparse prints the error line."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (v > 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return v
+
+
+def parse_fraction(text: str) -> float:
+    """"1/4", "0.25" → 0.25; argparse prints the error line."""
+    from fractions import Fraction
+
+    try:
+        return float(Fraction(text.strip()))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"not a fraction: {text!r} (e.g. 1/4 or 0.25)") from None
 
 
 def parse_arm(text: str) -> tuple[str, list[str]]:
@@ -72,7 +93,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
     p.add_argument("arms", nargs="+", metavar="ARM", help="NAME:key=value,… or an arm YAML file (≥ 2 arms)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (new, empty, or this crossover's)")
-    p.add_argument("--tokens", required=True, type=parse_tokens, metavar="D", help="largest budget, e.g. 8M")
+    p.add_argument("--tokens", type=parse_tokens, metavar="D",
+                   help="largest budget, e.g. 8M (default: --enough × the baseline's non-embedding parameters)")
+    p.add_argument("--enough", type=parse_positive, metavar="K",
+                   help="the declared budget, in tokens per non-embedding parameter, fixed before the runs: the loss "
+                        "claim is judged there (supported / not supported / inconclusive); without it, at the "
+                        "largest budget")
     p.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds 0..K-1 for every arm (default 1)")
     p.add_argument("--config", default="tiny", metavar="PRESET_OR_YAML", help="base run config (default tiny)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every arm")
@@ -83,8 +109,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lrs", default="", metavar="LR,LR,…",
                    help="tune each arm's learning rate over these values first (WSD runs of --tune-fraction·D; "
                         "the grid grows past a winning edge value up to twice); default: no tuning")
-    p.add_argument("--tune-fraction", type=float, default=0.125, metavar="F",
-                   help="length of a tuning run as a fraction of D (default 1/8)")
+    p.add_argument("--tune-fraction", type=parse_fraction, default=0.25, metavar="F",
+                   help="length of a tuning run as a fraction of D, at least 1/4 (default 1/4)")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="runs at a time (default: one per core on the CPU, 1 with CUDA)")
     p.add_argument("--threads", type=int, default=0,
@@ -117,16 +143,21 @@ def run(args: argparse.Namespace) -> int:
 
     from smallinit.errors import ConfigError
     from smallinit.experiments.cost import default_jobs, usable_cores
-    from smallinit.experiments.crossover import CrossoverSpec, check_output, run_crossover
+    from smallinit.experiments.crossover import CrossoverSpec, check_output, run_crossover, tokens_for_enough
 
     if args.seeds < 1 or (args.jobs is not None and args.jobs < 1) or args.threads < 0:
         raise ConfigError("--seeds and --jobs must be >= 1 and --threads >= 0")
     arms = dict(parse_arm(a) for a in args.arms)
     if len(arms) != len(args.arms):
         raise ConfigError("two arms share a name")
-    spec = CrossoverSpec(arms=arms, baseline=args.baseline or next(iter(arms)), tokens=args.tokens, base=args.config,
-                         overrides=list(args.set), seeds=list(range(args.seeds)), fractions=_fractions(args.budgets),
-                         cooldown=args.cooldown, lrs=_rates(args.lrs), tune_fraction=args.tune_fraction)
+    if args.tokens is None and args.enough is None:
+        raise ConfigError("give --tokens D, --enough K (tokens per non-embedding parameter), or both")
+    spec = CrossoverSpec(arms=arms, baseline=args.baseline or next(iter(arms)), tokens=args.tokens or 1,
+                         base=args.config, overrides=list(args.set), seeds=list(range(args.seeds)),
+                         fractions=_fractions(args.budgets), cooldown=args.cooldown, lrs=_rates(args.lrs),
+                         tune_fraction=args.tune_fraction, enough=args.enough)
+    if args.tokens is None:
+        spec.tokens = tokens_for_enough(spec)
     spec.validate()
     if args.dry_run:  # estimated at the widest stage: arms × seeds trunks (× rates while tuning)
         check_output(Path(args.out), spec)  # what the real run would refuse, the dry run refuses (nothing written)

@@ -37,6 +37,11 @@ from smallinit.train.schedule import wsd_decay_start
 
 DEFAULT_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 SPEC_FILE = "crossover.spec.json"
+TUNE_SEED = 1_000_003
+"""The seed of every tuning run: never a reported seed (a crossover refuses it in ``seeds``), so no reported loss is
+the winner of the selection it took part in (DESIGN.md §2, "Learning rates")."""
+MIN_TUNE_FRACTION = 0.25
+"""A tuning run is at least D/4 long (DESIGN.md §2): a rate judged on a shorter horizon favours fast starters."""
 
 
 @dataclass
@@ -62,11 +67,17 @@ class CrossoverSpec:
     """A nested config mapping used instead of ``base`` (``reproduce`` passes its preset's resolved base)."""
     lrs: list[float] = field(default_factory=list)
     """Learning rates tuned per arm before the trunks (empty: every arm keeps its own ``optim.lr``). Each value trains
-    one WSD run of ``tune_fraction``·D tokens at ``seeds[0]`` (:func:`tune_learning_rates`)."""
-    tune_fraction: float = 0.125
-    """Length of a tuning run as a fraction of D (≥ 1/8 so that the rate is judged after the early transient)."""
+    one WSD run of ``tune_fraction``·D tokens at ``tune_seed`` (:func:`tune_learning_rates`)."""
+    tune_fraction: float = MIN_TUNE_FRACTION
+    """Length of a tuning run as a fraction of D (≥ 1/4, DESIGN.md §2: a rate judged early favours fast starters)."""
     tune_extend: int = 2
-    """How many times the grid may grow by one step past an edge value that wins."""
+    """How many times the (shared) grid may grow by one step past an edge value that wins for any arm."""
+    tune_seed: int = TUNE_SEED
+    """Seed of the tuning runs; never one of ``seeds`` (the selection would bias that seed's losses)."""
+    enough: float | None = None
+    """The declared budget K in tokens per non-embedding parameter (of the baseline arm), fixed before the runs:
+    a loss claim is judged at the budget nearest K·N (:func:`smallinit.crossing.loss_claim_verdict`); None: judged
+    at the largest budget, declared as whatever that is."""
 
     def validate(self) -> None:
         if len(self.arms) < 2:
@@ -84,8 +95,14 @@ class CrossoverSpec:
             raise ConfigError(f"cooldown fraction must be in (0, 1), got {self.cooldown}")
         if any(not (lr > 0 and math.isfinite(lr)) for lr in self.lrs) or len(set(self.lrs)) != len(self.lrs):
             raise ConfigError(f"tuning learning rates must be distinct and > 0, got {self.lrs}")
-        if self.lrs and not 0 < self.tune_fraction <= 1:
-            raise ConfigError(f"tune_fraction must be in (0, 1], got {self.tune_fraction}")
+        if self.lrs and not MIN_TUNE_FRACTION - 1e-9 <= self.tune_fraction <= 1:
+            raise ConfigError(f"--tune-fraction must be in [1/4, 1] (a rate judged before D/4 favours the fast "
+                              f"starter), got {self.tune_fraction:g}")
+        if self.lrs and self.tune_seed in self.seeds:
+            raise ConfigError(f"the tuning seed {self.tune_seed} is one of the reported seeds; a reported seed must "
+                              "not take part in the rate selection")
+        if self.enough is not None and not (self.enough > 0 and math.isfinite(self.enough)):
+            raise ConfigError(f"--enough must be a finite number of tokens per parameter > 0, got {self.enough}")
         if self.tune_extend < 0:
             raise ConfigError(f"tune_extend must be >= 0, got {self.tune_extend}")
         for name, overrides in self.arms.items():
@@ -121,6 +138,24 @@ def arm_config(spec: CrossoverSpec, arm: str, seed: int) -> RunConfig:
         return load_config(None, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"],
                            base=copy.deepcopy(spec.base_config))
     return load_config(spec.base, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"])
+
+
+def baseline_non_embedding_params(spec: CrossoverSpec) -> int:
+    """N: the baseline arm's non-embedding parameters (the model as trained on its data), the N of every
+    tokens-per-parameter figure of a crossover."""
+    cfg = arm_config(spec, spec.baseline, spec.seeds[0])
+    vocab = _data_vocab(cfg)
+    if vocab:
+        cfg.model.vocab_size = vocab
+    cfg.model.max_seq_len = max(cfg.model.max_seq_len, cfg.data.seq_len)
+    return cfg.model.num_params(non_embedding=True)
+
+
+def tokens_for_enough(spec: CrossoverSpec) -> int:
+    """D_max = ⌈K·N⌉ for the declared budget K (``spec.enough``) and the baseline's N."""
+    if spec.enough is None:
+        raise ConfigError("no declared budget (--enough) to size D from")
+    return int(math.ceil(spec.enough * baseline_non_embedding_params(spec)))
 
 
 def plan_budgets(spec: CrossoverSpec, cfg: RunConfig) -> list[Budget]:
@@ -192,13 +227,17 @@ def _lr_name(lr: float) -> str:
 
 
 def tune_job(spec: CrossoverSpec, out: Path, arm: str, lr: float) -> Job:
-    """One tuning run: ``arm`` at rate ``lr`` and seed ``seeds[0]``, WSD over S = round(tune_fraction·D / (B·T))
-    steps with the cooldown fraction c — the same schedule as a cooldown branch of that length, trained from step 0."""
-    cfg = arm_config(spec, arm, spec.seeds[0])
+    """One tuning run: ``arm`` at rate ``lr`` and seed ``tune_seed`` (no reported seed), WSD over
+    S = round(tune_fraction·D / (B·T)) steps with the cooldown fraction c — the same schedule as a cooldown branch of
+    that length, trained from step 0. It is judged on ``tune_loss``: ``data.tune_batches`` validation batches that
+    follow, and never overlap, the ``data.val_batches`` behind every reported loss (as many as those when unset)."""
+    cfg = arm_config(spec, arm, spec.tune_seed)
     cfg.optim.lr = lr
+    if cfg.data.tune_batches <= 0:
+        cfg.data.tune_batches = cfg.data.val_batches
     steps = max(2, int(round(spec.tune_fraction * spec.tokens / (cfg.train.batch_size * cfg.data.seq_len))))
     c = _branch_config(cfg, Budget(steps, 0, 0), spec.cooldown)
-    return Job("tune", arm, spec.seeds[0], out / "runs" / arm / "tune" / _lr_name(lr), c.to_dict())
+    return Job("tune", arm, spec.tune_seed, out / "runs" / arm / "tune" / _lr_name(lr), c.to_dict())
 
 
 def _grid_step(lrs: list[float]) -> float:
@@ -208,8 +247,9 @@ def _grid_step(lrs: list[float]) -> float:
 
 
 def collect_tuning(spec: CrossoverSpec, out: Path) -> dict[str, dict[str, Any]]:
-    """Per arm: {"losses": {lr: final validation loss or None}, "chosen": the arg-min rate, "at_edge": whether the
-    chosen rate is the smallest or largest one tried} from the tuning runs found under ``OUT/runs/ARM/tune``."""
+    """Per arm: {"losses": {lr: final tune_loss or None}, "chosen": the arg-min rate, "at_edge": whether the
+    chosen rate is the smallest or largest one tried} from the tuning runs found under ``OUT/runs/ARM/tune``
+    (``final_val_loss`` only for a run that recorded no ``tune_loss``, written before tune batches existed)."""
     from smallinit.rundir import collect_run, read_config
 
     res: dict[str, dict[str, Any]] = {}
@@ -222,7 +262,9 @@ def collect_tuning(spec: CrossoverSpec, out: Path) -> dict[str, dict[str, Any]]:
             run = collect_run(d)
             cfg = read_config(d) or {}
             lr = float((cfg.get("optim") or {}).get("lr", d.name[2:]))
-            v = run.get("final_val_loss") if run["state"] == "done" else None
+            v = run.get("final_tune_loss")
+            v = run.get("final_val_loss") if v is None else v
+            v = v if run["state"] == "done" else None
             losses[lr] = v if v is not None and math.isfinite(v) else None
         if not losses:
             continue
@@ -236,31 +278,35 @@ def collect_tuning(spec: CrossoverSpec, out: Path) -> dict[str, dict[str, Any]]:
 
 def tune_learning_rates(spec: CrossoverSpec, out: Path, workers: int, threads: int,
                         log: Callable[[str], None]) -> dict[str, float]:
-    """Each arm's learning rate: the grid ``spec.lrs`` trained as :func:`tune_job` runs; the lowest final validation
-    loss wins. When the winner is the grid's smallest (largest) value, one more value a grid step below (above) is
-    trained, up to ``tune_extend`` times per arm. Finished tuning runs are reused on a rerun. Returns arm → rate."""
+    """Each arm's learning rate: every arm trains the same grid (``spec.lrs``) as :func:`tune_job` runs, and keeps the
+    rate with the lowest ``tune_loss``. When any arm's winner is the grid's smallest (largest) value, the grid grows by
+    one value a grid step below (above) *for every arm*, up to ``tune_extend`` times: the same grid and number of
+    tries for every arm, so no arm gets more chances than another. Finished tuning runs are reused on a rerun.
+    Returns arm → rate."""
     step = _grid_step(spec.lrs)
-    grid = {f"{lr:.3g}" for lr in spec.lrs}
-    todo = {arm: sorted(spec.lrs) for arm in spec.arms}
-    while todo:
-        jobs = [tune_job(spec, out, arm, lr) for arm, rates in todo.items() for lr in rates]
+    grid = sorted(spec.lrs)
+    extended = 0
+    while True:
+        jobs = [tune_job(spec, out, arm, lr) for arm in spec.arms for lr in grid]
         done = execute(jobs, workers, log, threads)
         failed = [p for p, r in done.items() if r[0] == "failed"]
         if failed:
             raise RunDirError(f"tuning run {failed[0].relative_to(out)} failed: {done[failed[0]][1]} (rerun to retry)")
         tuned = collect_tuning(spec, out)
-        todo = {}
+        grow: set[float] = set()
         for arm in spec.arms:
             t = tuned.get(arm)
             if t is None or t["chosen"] is None:
                 raise RunDirError(f"no tuning run of arm {arm!r} reached a finite validation loss; lower the rates")
-            tried = sorted(float(x) for x in t["losses"])
-            if t["at_edge"] and len(set(t["losses"]) - grid) < spec.tune_extend:
-                nxt = t["chosen"] / step if t["chosen"] == tried[0] else t["chosen"] * step
-                todo[arm] = [float(f"{nxt:.3g}")]
-        if todo:
-            log(f"[crossover] best rate at the grid's edge for {', '.join(todo)}: trying "
-                f"{', '.join(f'{a} {v[0]:.3g}' for a, v in todo.items())}")
+            if t["chosen"] == grid[0]:
+                grow.add(float(f"{grid[0] / step:.3g}"))
+            elif t["chosen"] == grid[-1]:
+                grow.add(float(f"{grid[-1] * step:.3g}"))
+        if not grow or extended >= spec.tune_extend:
+            break
+        extended += 1
+        grid = sorted({*grid, *grow})
+        log(f"[crossover] a best rate at the grid's edge: every arm also tries {', '.join(f'{v:.3g}' for v in grow)}")
     return {arm: t["chosen"] for arm, t in collect_tuning(spec, out).items()}
 
 
@@ -337,12 +383,10 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
             log("[crossover] learning rates: " + ", ".join(f"{a} {lr:.3g}" for a, lr in chosen.items()))
             trunks, branches, budgets = plan_jobs(spec, out, lrs=chosen)
             _check_reuse(trunks, branches)
-        done_trunks = execute(trunks, workers, log, threads)
-        ok = {(j.arm, j.seed) for j in trunks if done_trunks[j.run_dir][0] in ("done", "skipped")}
-        done_branches = execute([b for b in branches if (b.arm, b.seed) in ok], workers, log, threads)
+        done = execute(trunks + branches, workers, log, threads)  # a trunk's branches start when it is done
         result = analyse(spec, out, budgets, n_boot=n_boot)
         write_report(result, out)
-    failed = [f"{p.relative_to(out)}: {r[1]}" for p, r in {**done_trunks, **done_branches}.items() if r[0] == "failed"]
+    failed = [f"{p.relative_to(out)}: {r[1]}" for p, r in done.items() if r[0] == "failed"]
     if failed:
         raise RunDirError(f"{len(failed)} run(s) failed (rerun the same command to retry them); first: {failed[0]}")
     return result
@@ -375,12 +419,7 @@ def collect_losses(spec: CrossoverSpec, out: Path, budgets: list[Budget]) -> dic
 def analyse(spec: CrossoverSpec, out: Path, budgets: list[Budget], n_boot: int = 300,
             noise_floor: float | None = None) -> dict[str, Any]:
     """Every non-baseline arm against the baseline (:func:`smallinit.crossing.analyse_crossover`)."""
-    cfg = arm_config(spec, spec.baseline, spec.seeds[0])
-    meta_vocab = _data_vocab(cfg)
-    if meta_vocab:
-        cfg.model.vocab_size = meta_vocab
-    cfg.model.max_seq_len = max(cfg.model.max_seq_len, cfg.data.seq_len)
-    n_non_emb = cfg.model.num_params(non_embedding=True)
+    n_non_emb = baseline_non_embedding_params(spec)
     losses = collect_losses(spec, out, budgets)
     D = [b.tokens for b in budgets]
     analyses: dict[str, CrossoverAnalysis] = {}

@@ -130,6 +130,10 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
             ) -> dict[Path, tuple[str, str | None]]:
     """Run ``jobs`` (``workers`` processes at a time; 1 = in this process) and return {run_dir: (state, error)}.
 
+    A branch whose trunk is among ``jobs`` starts as soon as that trunk has finished (not when every trunk has), so
+    no core idles while runs are pending; the pool takes jobs first come, first served, so trunks still go first.
+    A branch of a trunk that failed or was cut short is not run (state "blocked").
+
     Every job trains with ``threads`` torch threads when given (or its config's own ``train.threads``); else with
     :func:`batch_threads`, the cores shared by the runs this batch trains at once — a batch of fewer runs than cores
     (two trunks on 16 cores, the one extra tuning run of an arm whose best rate was at the grid's edge) still uses
@@ -143,6 +147,14 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
 
     results: dict[Path, tuple[str, str | None]] = {}
     assign_threads(jobs, workers, threads)
+    own = {j.run_dir for j in jobs}
+
+    def waits_for(j: Job) -> Path | None:
+        return j.trunk_dir if j.kind == "branch" and j.trunk_dir in own else None
+
+    def ready(j: Job) -> bool:
+        dep = waits_for(j)
+        return dep is None or dep in results
 
     def report(j: Job, r: tuple[str, str | None]) -> None:
         results[j.run_dir] = r
@@ -152,12 +164,21 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
             raise Interrupted(f"{j.run_dir.name} of {j.arm} seed {j.seed} was interrupted ({r[1]}); rerun the same "
                               "command to resume", signal.SIGINT, -1, None)
 
+    def start(j: Job) -> bool:
+        """False (and the job reported "blocked") when its trunk did not finish."""
+        dep = waits_for(j)
+        if dep is not None and results[dep][0] not in ("done", "skipped"):
+            report(j, ("blocked", f"its trunk {dep.name} did not finish"))
+            return False
+        return True
+
     if workers <= 1:
-        for j in jobs:
-            report(j, run_job(j))
+        for j in jobs:  # plan order: a branch's trunk comes before it
+            if start(j):
+                report(j, run_job(j))
         return results
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     from smallinit.experiments.runner import signal_when_parent_dies
 
@@ -166,10 +187,19 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
                                mp_context=multiprocessing.get_context("spawn"),
                                initializer=signal_when_parent_dies if sys.platform.startswith("linux") else None,
                                initargs=(signal.SIGTERM,))
+    futs: dict[Any, Job] = {}
+    waiting = list(jobs)
     try:
-        futs = {pool.submit(run_job, j): j for j in jobs}
-        for f in as_completed(futs):
-            report(futs[f], f.result())
+        while waiting or futs:
+            for j in [j for j in waiting if ready(j)]:
+                waiting.remove(j)
+                if start(j):
+                    futs[pool.submit(run_job, j)] = j
+            if not futs:
+                continue
+            finished, _ = wait(futs, return_when=FIRST_COMPLETED)
+            for f in finished:
+                report(futs.pop(f), f.result())
     except BaseException:
         for fut in futs:
             fut.cancel()
