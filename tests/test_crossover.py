@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from smallinit.crossing import (INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SUPPORTED, Crossing, analyse_crossover,
-                                describe_crossing,
-                                loss_claim_verdict)
+from smallinit.crossing import (INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SUPPORTED, analyse_crossover,
+                                describe_crossing, four_fold_reference, loss_claim_verdict, seeds_to_resolve)
 from smallinit.errors import ConfigError, RunDirError
 from smallinit.stats import Interval, cluster_bootstrap_ci, paired_t_interval
 from conftest import tiny_overrides
@@ -50,7 +49,7 @@ def test_a_noisy_extrapolated_crossing_is_covered_by_its_interval_and_flagged_be
     assert a.crossing.lo <= want <= a.crossing.hi
     far = analyse_crossover(BUDGETS, curves(fb, lambda D: 1.99 + 100 * D ** -0.36), "base", "var", n_boot=20)
     assert far.crossing.status == "crosses" and far.crossing.extrapolated
-    assert far.verdict.startswith(INCONCLUSIVE)  # an extrapolated crossing never decides a verdict
+    assert far.verdict == NOT_SUPPORTED and far.gap[-1].hi < 0  # behind at D_max: the fits' crossing decides nothing
 
 
 def test_curves_that_never_cross_say_so():
@@ -58,8 +57,9 @@ def test_curves_that_never_cross_say_so():
     fv = lambda D: 2.1 + 30 * D ** -0.3  # noqa: E731  (always 0.1 behind)
     a = analyse_crossover(BUDGETS, curves(fb, fv, noise=0.001), "base", "var", n_boot=60)
     assert a.crossing.status == "no crossing" and a.crossing.D_star is None
-    assert "no crossing predicted below" in a.answer
-    assert a.verdict == NOT_SUPPORTED  # behind beyond noise, not closing, no crossing
+    assert a.gap_fit.status == "never crosses" and a.gap_fit.c_hi < 0
+    assert "never cross" in a.answer
+    assert a.verdict == NOT_SUPPORTED  # behind beyond noise at the (largest = judged) budget
 
 
 def test_verdict_supported_when_the_variant_is_ahead_beyond_noise():
@@ -68,24 +68,117 @@ def test_verdict_supported_when_the_variant_is_ahead_beyond_noise():
     assert a.verdict == SUPPORTED and a.gap[-1].lo > 0
 
 
-def test_closing_gap_is_not_reached_rather_than_not_supported():
-    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
-    fv = lambda D: 1.97 + 150 * D ** -0.38  # noqa: E731  behind at D_max, closing
-    a = analyse_crossover(BUDGETS, curves(fb, fv, noise=0.001), "base", "var", n_boot=30)
-    assert a.gap[-1].hi < 0  # still behind beyond noise ...
-    assert a.gap_change.value > 0  # ... but closing
-    assert a.verdict == NOT_REACHED and "cross" in a.reason
+# ---- the declared budget, closing with noise, the gap fit (issue 34) --------------------------------------------
+
+N_PARAMS = 213_568
+README_GAP = lambda D: -0.396 / (1 + (D / 1.52e6) ** 1.29) ** 0.915  # noqa: E731  never crosses; README-shaped
 
 
-def test_noise_only_is_inconclusive_and_one_seed_needs_a_floor():
-    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
-    a = analyse_crossover(BUDGETS, curves(fb, fb, noise=0.01, seeds=3, seed=4), "base", "var", n_boot=30)
-    assert a.verdict.startswith(INCONCLUSIVE)
+def gap_curves(gap, budgets, seeds=5, noise=0.0, seed=0):
+    """Both arms per seed: a baseline curve with its own seed offset, the variant = baseline − gap(D) + noise."""
+    rng = np.random.default_rng(seed)
+    base = {s: [2.0 + 0.3 * (d / 1e6) ** -0.5 + rng.normal(0, 0.02) for d in budgets] for s in range(seeds)}
+    var = {s: [base[s][i] - gap(d) + rng.normal(0, noise) for i, d in enumerate(budgets)] for s in range(seeds)}
+    return {"base": base, "var": var}
+
+
+def test_a_never_crossing_gap_at_the_declared_budget_is_not_supported():
+    """(a) G → 0 from below, never crossing; 5 seeds; D_max = the declared 75 tokens/param; the gap's interval lies
+    below 0 there → *not supported*, although the gap is closing (closing does not decide the verdict)."""
+    D = [16e6 / 16, 16e6 / 8, 16e6 / 4, 16e6 / 2, 16e6]
+    a = analyse_crossover(D, gap_curves(README_GAP, D, noise=0.004), "base", "var", non_embedding_params=N_PARAMS,
+                          enough_tokens_per_param=16e6 / N_PARAMS, n_boot=100)
+    assert a.reached and a.judged == 4 and a.gap[4].hi < 0
+    assert a.verdict == NOT_SUPPORTED
+    assert a.gap_change.lo > 0 and "closing" in a.answer  # closing, and said so
+    assert a.gap_fit.status != "crosses"  # and no confident crossing
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.012])
+@pytest.mark.parametrize("d_max", [8e6, 16e6, 32e6])
+def test_the_readme_shaped_never_crossing_curve_gives_no_confident_crossing(noise, d_max):
+    """(b) The smooth gap that matches the README's six seed means and tends to 0 from below: the per-arm fits
+    predicted D* ≈ 2× D_max from every data set; the gap fit must not report a D* (noise-free and with the README's
+    seed noise), wherever the data stop."""
+    D = [d_max / 16, d_max / 8, d_max / 4, d_max / 2, d_max]
+    a = analyse_crossover(D, gap_curves(README_GAP, D, noise=noise, seed=3), "base", "var",
+                          non_embedding_params=N_PARAMS, n_boot=100)
+    assert a.gap_fit.status in ("cannot tell", "never crosses"), a.answer
+    assert a.gap_fit.D_star is None
+    assert "D* ≈" not in a.answer.split("; ")[-1]
+
+
+def test_a_true_crossing_at_a_third_of_d_max_is_supported_and_located():
+    """(c) G(D) = c − a·D^(−b) crossing at D_max / 3, 5 seeds with noise: *supported* at the declared budget and the
+    D* interval covers the truth."""
+    d_max, c, b = 16e6, 0.02, 0.6
+    truth = d_max / 3
+    gap = lambda D: c - c * (truth / D) ** b  # noqa: E731  zero at D = truth
+    D = [d_max / 16, d_max / 8, d_max / 4, d_max / 2, d_max]
+    for seed in range(3):
+        a = analyse_crossover(D, gap_curves(gap, D, noise=0.003, seed=seed), "base", "var",
+                              non_embedding_params=N_PARAMS, enough_tokens_per_param=75, n_boot=150)
+        assert a.verdict == SUPPORTED, a.reason
+        f = a.gap_fit
+        assert f.status == "crosses" and f.D_lo <= truth <= (f.D_hi or math.inf), (f.D_lo, truth, f.D_hi)
+        assert "predicts a crossing" in a.answer
+
+
+def test_two_seeds_at_a_small_true_gap_are_inconclusive_and_say_how_many_seeds_would_resolve_it():
+    """(d) +0.03 nats with 0.017 spread over 2 seeds: t(1) = 12.7 makes the interval straddle 0 → inconclusive, with
+    the number of seeds whose interval would exclude 0 at that spread (4: t(3)·0.017/2 = 0.027 < 0.03)."""
+    D = [1e6, 2e6, 4e6]
+    losses = {"base": {0: [2.0, 1.9, 1.818], 1: [2.0, 1.9, 1.842]}, "var": {0: [2.0, 1.9, 1.8], 1: [2.0, 1.9, 1.8]}}
+    a = analyse_crossover(D, losses, "base", "var", n_boot=10)
+    assert a.gap[-1].value == pytest.approx(0.03) and a.gap[-1].lo < 0 < a.gap[-1].hi
+    assert a.verdict == INCONCLUSIVE
+    assert seeds_to_resolve([0.018, 0.042]) == 4
+    assert "≈ 4 seeds would resolve it" in a.reason
+    assert seeds_to_resolve([0.01, -0.01]) is None  # a zero mean: no number of seeds
+
+
+def test_not_reached_only_below_the_declared_budget():
+    """The same gap interval below 0: *not supported* at the declared budget, *inconclusive — not reached* when the
+    largest budget is below it (a short run never says "not supported"), judged at the declared budget when the
+    budgets go beyond it."""
+    D = [1e6, 2e6, 4e6, 8e6, 16e6]
+    data = gap_curves(lambda d: -0.05, D, noise=0.003)
+    kw = dict(non_embedding_params=N_PARAMS, n_boot=10)
+    assert analyse_crossover(D, data, "base", "var", enough_tokens_per_param=16e6 / N_PARAMS, **kw).verdict \
+        == NOT_SUPPORTED
+    short = analyse_crossover(D, data, "base", "var", enough_tokens_per_param=2 * 16e6 / N_PARAMS, **kw)
+    assert short.verdict == NOT_REACHED and not short.reached
+    mid = analyse_crossover(D, data, "base", "var", enough_tokens_per_param=4e6 / N_PARAMS, **kw)
+    assert mid.judged == 2 and mid.verdict == NOT_SUPPORTED and "declared budget D = 4e+06" in mid.answer
+    # the verdict reads the judged budget's interval, with one seed the floor
     one = Interval(0.2, None, None, "one seed", 1)
-    none = Crossing("no crossing", None, None, None, False, 1e9)
-    assert loss_claim_verdict(one, Interval(None, None, None, "", 0), none, 1, None)[0] == INCONCLUSIVE
-    assert loss_claim_verdict(one, Interval(None, None, None, "", 0), none, 1, 0.05)[0] == SUPPORTED
-    assert loss_claim_verdict(one, Interval(None, None, None, "", 0), none, 1, 0.5)[0] == INCONCLUSIVE
+    assert loss_claim_verdict(one, 1, None)[0] == INCONCLUSIVE
+    assert loss_claim_verdict(one, 1, 0.05)[0] == SUPPORTED
+    assert loss_claim_verdict(Interval(-0.2, None, None, "one seed", 1), 1, 0.05)[0] == NOT_SUPPORTED
+    assert loss_claim_verdict(one, 1, 0.5)[0] == INCONCLUSIVE
+    assert loss_claim_verdict(Interval(-0.2, -0.3, -0.1, "t", 3), 3, reached=False)[0] == NOT_REACHED
+
+
+def test_the_four_fold_reference_is_a_true_four_fold_with_budgets_rounded_to_steps():
+    """(e) Budgets rounded to whole steps (the d128 run's 8M: 7,999,488 with 1,998,848 and 3,998,… below): the
+    reference of "over 4×" is the budget nearest D/4 by ratio — never D/2 (searchsorted(D, D/4 − 1e-9) picked D/2
+    when D/4 was rounded up by a step) — and none when no budget lies within 10% of D/4."""
+    D = [499_712, 999_424, 2_002_944, 4_001_792, 7_999_488]  # 2,002,944 > 7,999,488 / 4 by one step
+    assert four_fold_reference(D, 4) == 2
+    assert D[4] / D[four_fold_reference(D, 4)] == pytest.approx(4.0, rel=0.01)
+    assert four_fold_reference([1e6, 2e6, 4e6], 2) == 0
+    assert four_fold_reference([2e6, 4e6], 1) is None  # a 2× span is not called 4×
+    a = analyse_crossover([2e6, 4e6], gap_curves(lambda d: -0.1, [2e6, 4e6]), "base", "var", n_boot=5)
+    assert a.gap_change.value is None and "no budget at a true 4×" in a.answer
+
+
+def test_closing_needs_its_interval_above_zero():
+    """A gap that rises by less than its seed noise is "not closing beyond noise"; a steady rise is closing."""
+    D = [1e6, 2e6, 4e6, 8e6, 16e6]
+    flat = analyse_crossover(D, gap_curves(lambda d: -0.05, D, noise=0.01, seed=5), "base", "var", n_boot=5)
+    assert flat.gap_change.lo < 0 < flat.gap_change.hi and "not closing beyond noise" in flat.answer
+    rising = analyse_crossover(D, gap_curves(README_GAP, D, noise=0.002), "base", "var", n_boot=5)
+    assert rising.gap_change.lo > 0 and ": closing" in rising.answer
 
 
 def test_paired_t_interval_is_the_textbook_one():
@@ -255,6 +348,21 @@ def test_each_arm_gets_its_tuned_rate_and_a_winning_edge_extends_the_grid(token_
             assert read_config(out / "runs" / arm / "seed0" / run)["optim"]["lr"] == t["chosen"]
         cfg = read_config(out / "runs" / arm / "tune" / "lr1e-05")
         assert cfg["train"]["max_steps"] == 10 and cfg["optim"]["schedule"] == "wsd"
+    # (f) no reported seed, no validation batch: the tuning runs train on their own seed and are judged on tune_loss,
+    # the batches after the val_batches behind every reported loss (the same grid for every arm)
+    from smallinit.experiments.crossover import TUNE_SEED
+    from smallinit.rundir import collect_run
+
+    assert TUNE_SEED not in spec.seeds
+    assert res["tuning"]["base"]["losses"].keys() == res["tuning"]["small"]["losses"].keys()
+    for arm in ("base", "small"):
+        for d in (out / "runs" / arm / "tune").iterdir():
+            if d.is_dir():
+                cfg = read_config(d)
+                assert cfg["train"]["seed"] == TUNE_SEED
+                assert cfg["data"]["tune_batches"] >= 1
+                run = collect_run(d)
+                assert res["tuning"][arm]["losses"][d.name[2:]] == run["final_tune_loss"] != run["final_val_loss"]
     assert "Learning rate per arm" in (out / "crossover.md").read_text()
     logs: list[str] = []
     run_crossover(spec, out, log=logs.append, n_boot=10)
@@ -330,16 +438,14 @@ def test_a_report_with_no_finished_budget_still_renders(tmp_path):
 def test_a_fit_with_its_floor_at_zero_predicts_no_crossing():
     """A variant curve fitted with E = 0 (no loss floor: four budgets, three parameters, as in the demo) must meet
     any baseline with E > 0 somewhere; that meeting is not a prediction. The same curves with an interior fit keep
-    their predicted crossing."""
+    their predicted crossing. Neither decides the verdict."""
     fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
     fv = lambda D: 60 * D ** -0.2  # noqa: E731  behind at D_max, no floor: the fits must meet (at ≈ 1.5e7)
     a = analyse_crossover(BUDGETS, curves(fb, fv, noise=0.0), "base", "var", n_boot=20)
     assert a.fits["var"]["E"] < 1e-9
     assert a.crossing.degenerate and "var's fit has E = 0" in a.crossing.degenerate
     assert "not a prediction" in describe_crossing(a.crossing)
-    behind = Interval(-0.2, -0.3, -0.1, "t", 2)
-    not_closing = Interval(-0.01, -0.02, 0.0, "t", 2)
-    assert loss_claim_verdict(behind, not_closing, a.crossing, 2)[0] == NOT_SUPPORTED  # the fit cannot rescue it
+    assert a.verdict == NOT_SUPPORTED  # behind at the judged budget: the per-arm fit cannot rescue it
     fv2 = lambda D: 1.97 + 150 * D ** -0.38  # noqa: E731  an interior fit that crosses
     b = analyse_crossover(BUDGETS, curves(fb, fv2, noise=0.0), "base", "var", n_boot=20)
     assert b.crossing.degenerate is None and b.crossing.status == "crosses"
@@ -353,3 +459,25 @@ def test_keys_the_crossover_sets_are_refused_in_arms_and_overrides():
         spec = CrossoverSpec(arms={"a": ["model.gamma=1"], "b": bad}, baseline="a", tokens=1_000_000, base="tiny")
         with pytest.raises(ConfigError, match="is set by the crossover itself"):
             spec.validate()
+
+
+def test_a_branch_waits_only_for_its_own_trunk_and_is_blocked_when_it_failed(monkeypatch, tmp_path):
+    """A trunk's branches are runnable as soon as that trunk is done (issue 31: a core idled while the other arm's
+    trunk finished); the branches of a failed trunk are not run ("blocked"), the others are."""
+    from smallinit.experiments import crossover_runs
+    from smallinit.experiments.crossover_runs import Job, execute
+
+    started = []
+
+    def fake(job):
+        started.append(job.run_dir.name)
+        return ("failed", "boom") if job.run_dir.name == "tA" else ("done", None)
+
+    monkeypatch.setattr(crossover_runs, "run_job", fake)
+    tA, tB = tmp_path / "tA", tmp_path / "tB"
+    jobs = [Job("trunk", "a", 0, tA, {}), Job("trunk", "b", 0, tB, {}),
+            Job("branch", "a", 0, tmp_path / "bA", {}, trunk_dir=tA, start=1),
+            Job("branch", "b", 0, tmp_path / "bB", {}, trunk_dir=tB, start=1)]
+    res = execute(jobs, 1, log=lambda s: None)
+    assert started == ["tA", "tB", "bB"]
+    assert res[tmp_path / "bA"][0] == "blocked" and res[tmp_path / "bB"][0] == "done"

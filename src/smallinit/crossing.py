@@ -1,19 +1,23 @@
-"""Loss against training budget, and the budget where two settings cross (DESIGN.md §2, "Budgets and the crossing").
+"""Loss against training budget, the verdict of a loss claim at a declared budget, and whether the curves cross
+(DESIGN.md §2, "Budgets and the crossing", "The declared budget", "Closing and the crossing budget").
 
 For a baseline arm and a variant arm, each trained with the same seeds (same seed = same batches), L_arm,s(D) is
 the annealed validation loss at budget D (tokens) of seed s. Then:
 
 - **gap**  G(D) = L_baseline(D) − L_variant(D)  (> 0: the variant is ahead), seed-paired: the k differences
   d_s = L_baseline,s(D) − L_variant,s(D) give a t-interval (:func:`smallinit.stats.paired_t_interval`);
-- **fits** L(D) = E + B·D^(−β) per arm on the seed means, by the bounded least squares of
-  :func:`smallinit.scaling.fit_scaling_law` (same functional form as L(N));
-- **crossing budget** D* = the smallest D from which the fitted gap stays > 0 up to the search horizon
-  (``horizon`` × the largest budget): solved on a log grid and refined by Brent's method;
-- its **interval** by bootstrap over seeds (paired: one index draw for both arms) and budgets (drawn with
-  replacement, ≥ 3 distinct): the 2.5–97.5% percentiles of D*, with "no crossing" counted as +∞;
-- **extrapolated** when D* lies beyond 10× the largest measured budget.
-
-:func:`loss_claim_verdict` turns this into the verdict of a loss claim (DESIGN.md §2, "Verdict rules").
+- **the verdict** (:func:`loss_claim_verdict`) at the budget declared before the runs, K tokens per non-embedding
+  parameter: *supported* when the interval of G lies above 0, *not supported* below 0, *inconclusive* when it
+  straddles 0 (with the seeds that would resolve it at the measured spread, :func:`seeds_to_resolve`);
+  *inconclusive — not reached at this budget* only when the largest budget is below K·N;
+- **closing** (:func:`gap_change`): the seed-paired change G(D) − G(D/4) over a true 4× of budget (the reference
+  chosen by ratio, within 10%), "closing" only when its interval lies above 0;
+- **the gap fit** (:func:`fit_gap_curve`): G(D) = c − a·D^(−b) on the largest ≥ 4 budgets. The asymptote c has an
+  interval that joins a per-seed bootstrap and the fit's own profile interval; D* = (a/c)^(1/b) is reported only
+  when that interval excludes 0 (c < 0: predicted never to cross); otherwise "these budgets cannot tell";
+- secondary: **per-arm fits** L(D) = E + B·D^(−β) (:func:`smallinit.scaling.fit_scaling_law`) and where they meet
+  (:class:`Crossing`), with a bootstrap over seeds and budgets. They decide nothing: their crossing chases the data
+  (a gap that tends to 0 from below and never crosses makes them predict D* ≈ 2× the largest budget every time).
 """
 
 from __future__ import annotations
@@ -36,6 +40,14 @@ HORIZON = 1000.0
 """The crossing is searched up to HORIZON × the largest measured budget."""
 EXTRAPOLATION = 10.0
 """A crossing beyond EXTRAPOLATION × the largest measured budget is flagged as an extrapolation."""
+DECLARED_TOLERANCE = 0.02
+"""A budget counts as the declared one K·N when it is ≥ (1 − this)·K·N (budgets are whole optimizer steps)."""
+FOUR_FOLD_TOLERANCE = 0.10
+"""The reference of "over 4× of budget" is the budget nearest D/4 by ratio, within this relative distance."""
+GAP_FIT_BUDGETS = 4
+"""The gap fit G(D) = c − a·D^(−b) uses the largest this-many budgets up to the judged one (3 parameters: ≥ 1 left)."""
+B_RANGE = (0.02, 5.0)
+"""The exponent b of the gap fit is searched in this range."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,32 @@ class Crossing:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class GapFit:
+    """G(D) = c − a·D^(−b) fitted on the largest budgets, and what it can say about a crossing.
+
+    status: "crosses" (c's interval above 0 and the fit behind at small D: D* = (a/c)^(1/b)), "ahead throughout"
+    (c's interval above 0 and a ≤ 0), "never crosses" (c's interval below 0), "cannot tell" (c's interval holds 0),
+    or "no fit" (fewer than 4 budgets with a gap)."""
+
+    status: str
+    budgets: list[float]
+    c: float | None = None
+    a: float | None = None
+    b: float | None = None
+    rms: float | None = None
+    c_lo: float | None = None
+    c_hi: float | None = None
+    D_star: float | None = None
+    D_lo: float | None = None
+    D_hi: float | None = None
+    """None with a D*: no finite upper end (some plausible fits never cross)."""
+    method: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass
 class CrossoverAnalysis:
     baseline: str
@@ -71,14 +109,32 @@ class CrossoverAnalysis:
     losses: dict[str, dict[int, list[float | None]]]
     gap: list[Interval]
     gap_change: Interval
-    """G(D_max) − G(D_ref) (D_ref = D_max / 4 when measured, else the smallest budget), seed-paired: > 0 = closing."""
+    """G(D_judged) − G(D_ref), D_ref the true-4× reference (:func:`four_fold_reference`), seed-paired: > 0 = rising."""
     fits: dict[str, dict[str, Any] | None]
+    """Secondary: the per-arm fits L(D) = E + B·D^(−β)."""
     crossing: Crossing
+    """Secondary: where the per-arm fits meet (decides nothing)."""
     verdict: str
     reason: str
     tokens_per_param: list[float] | None = None
     answer: str = ""
     notes: list[str] = field(default_factory=list)
+    judged: int = -1
+    """Index of the budget the verdict is read at (the declared one; the largest when none was declared)."""
+    declared_tokens_per_param: float | None = None
+    declared_tokens: float | None = None
+    reached: bool = True
+    """Whether the largest budget reaches the declared one."""
+    gap_change_from: float | None = None
+    """The reference budget of ``gap_change`` (≈ D_judged / 4), None when no budget lies there."""
+    gap_fit: GapFit | None = None
+
+    def __post_init__(self) -> None:
+        if self.judged < 0:
+            self.judged = len(self.budgets) - 1
+
+    def gap_change_from_index(self) -> int:
+        return self.budgets.index(self.gap_change_from) if self.gap_change_from in self.budgets else 0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -157,14 +213,182 @@ def bootstrap_crossing(D: np.ndarray, base: dict[int, list], var: dict[int, list
     return arr, share
 
 
+def four_fold_reference(D: Sequence[float], j: int, tol: float = FOUR_FOLD_TOLERANCE) -> int | None:
+    """The index i < j whose budget is nearest D_j / 4 by ratio, when |D_i / (D_j / 4) − 1| ≤ ``tol``; else None.
+    Budgets are whole steps, so D_j / 4 is rarely measured exactly — but the nearest by ratio is never D_j / 2."""
+    if j <= 0:
+        return None
+    target = D[j] / 4.0
+    i = min(range(j), key=lambda k: abs(math.log(D[k] / target)))
+    return i if abs(D[i] / target - 1.0) <= tol else None
+
+
+def gap_change(D: Sequence[float], base: dict[int, list], var: dict[int, list], seeds: Sequence[int], j: int
+               ) -> tuple[Interval, int | None]:
+    """(G(D_j) − G(D_ref) paired by seed, with its t-interval; ref) for the true-4× reference of
+    :func:`four_fold_reference`; an empty interval when no budget lies at D_j / 4. > 0: the gap rose (closing when
+    the variant was behind)."""
+    i = four_fold_reference(D, j)
+    if i is None:
+        return Interval(None, None, None, "no budget at a true 4× below", 0), None
+    ch = [(base[s][j] - var[s][j]) - (base[s][i] - var[s][i]) for s in seeds
+          if None not in (base[s][j], var[s][j], base[s][i], var[s][i])]
+    return paired_t_interval(ch), i
+
+
+def seeds_to_resolve(diffs: Sequence[float], level: float = 0.95, most: int = 1000) -> int | None:
+    """The smallest number of seeds n whose t-interval would exclude 0 if the seed-paired differences kept their
+    mean m and spread s: t_{n−1}·s/√n < |m|. None with < 2 differences, m = 0, or n > ``most``."""
+    from smallinit.stats import t_quantile
+
+    d = np.asarray([x for x in diffs if x is not None and math.isfinite(x)], dtype=np.float64)
+    if d.size < 2 or d.mean() == 0:
+        return None
+    m, sd = abs(float(d.mean())), float(d.std(ddof=1))
+    if sd == 0:
+        return 2
+    for n in range(2, most + 1):
+        if t_quantile(n - 1, level) * sd / math.sqrt(n) < m:
+            return n
+    return None
+
+
+def _gap_lsq(D: np.ndarray, g: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(c, a, SSE), one per exponent in ``b``, of the least-squares fits g ≈ c − a·D^(−b) at fixed b (linear in c
+    and a: the normal equations of a straight line in x = (D / D_max)^(−b))."""
+    x = (D[None, :] / D[-1]) ** (-np.asarray(b, dtype=np.float64)[:, None])
+    xm, gm = x.mean(axis=1, keepdims=True), g.mean()
+    sxx = ((x - xm) ** 2).sum(axis=1)
+    slope = ((x - xm) * (g - gm)).sum(axis=1) / np.where(sxx > 0, sxx, np.inf)
+    c = gm - slope * xm[:, 0]
+    r = c[:, None] + slope[:, None] * x - g
+    return c, -slope * float(D[-1]) ** np.asarray(b, dtype=np.float64), (r * r).sum(axis=1)
+
+
+def _gap_profile(D: np.ndarray, g: np.ndarray, level: float = 0.95) -> tuple[tuple[float, float, float, float],
+                                                                              list[tuple[float, float, float]]]:
+    """The least-squares fit (c, a, b, SSE) over b ∈ :data:`B_RANGE` (a log grid, refined around its minimum), and
+    every grid fit (c, a, b) whose SSE passes the profile F test SSE ≤ SSE_min·(1 + F_{level}(1, n − 3)/(n − 3)):
+    the fits the data cannot tell from the best one (Bates & Watts' profile interval, with the noise estimated from
+    the misfit — so a smooth curve of another shape does not look certain)."""
+    from scipy.stats import f as f_dist
+
+    grid = np.geomspace(*B_RANGE, 400)
+    c, a, sse = _gap_lsq(D, g, grid)
+    k = int(np.argmin(sse))
+    fine = np.geomspace(grid[max(0, k - 1)], grid[min(len(grid) - 1, k + 1)], 200)
+    fc, fa, fs = _gap_lsq(D, g, fine)
+    m = int(np.argmin(fs))
+    best = (float(fc[m]), float(fa[m]), float(fine[m]), float(fs[m]))
+    n = D.size
+    limit = best[3] * (1.0 + _F_CACHE.setdefault((level, n), float(f_dist.ppf(level, 1, n - 3))) / (n - 3))
+    ok = np.nonzero(sse <= limit)[0]
+    return best, [(float(c[i]), float(a[i]), float(grid[i])) for i in ok] + [best[:3]]
+
+
+_F_CACHE: dict[tuple[float, int], float] = {}
+
+
+def _d_star(c: float, a: float, b: float) -> float:
+    """Where c − a·D^(−b) = 0: D* = (a/c)^(1/b) (c > 0, a > 0); +∞ when c ≤ 0; 0 when a ≤ 0 (ahead throughout)."""
+    if c <= 0:
+        return math.inf
+    if a <= 0:
+        return 0.0
+    return float((a / c) ** (1.0 / b))
+
+
+def fit_gap_curve(D: Sequence[float], base: dict[int, list], var: dict[int, list], seeds: Sequence[int],
+                  upto: int | None = None, n_fit: int = GAP_FIT_BUDGETS, n_boot: int = 300, seed: int = 0,
+                  level: float = 0.95) -> GapFit:
+    """G(D) = c − a·D^(−b) on the largest ``n_fit`` budgets up to index ``upto`` (default: the last), fitted to the
+    seed-mean gap. The interval of c joins (its hull) the per-seed bootstrap (k seeds drawn with replacement, paired
+    across arms, refitted: the 2.5–97.5% percentiles) and the profile interval of the point fit (:func:`_gap_profile`):
+    seeds bring the training noise, the profile the uncertainty of extrapolating a 3-parameter curve. D* and its
+    interval likewise, only when c's interval excludes 0."""
+    Dv = np.asarray(D, dtype=np.float64)
+    j = Dv.size - 1 if upto is None else upto
+    usable = [i for i in range(j + 1) if all(None not in (base[s][i], var[s][i]) for s in seeds)]
+    idx = usable[-n_fit:]
+    if len(idx) < n_fit or n_fit < 4:
+        return GapFit("no fit", [float(Dv[i]) for i in idx], method=f"needs {max(4, n_fit)} budgets with a gap")
+    Df = Dv[idx]
+
+    def mean_gap(pick: Sequence[int]) -> np.ndarray:
+        return np.array([np.mean([base[s][i] - var[s][i] for s in pick]) for i in idx], dtype=np.float64)
+
+    (c, a, b, sse), plausible = _gap_profile(Df, mean_gap(seeds), level)
+    cs = [x[0] for x in plausible]
+    ds = [_d_star(*x) for x in plausible]
+    c_lo, c_hi = min(cs), max(cs)
+    d_lo, d_hi = min(ds), max(ds)
+    rng = np.random.default_rng(seed)
+    k = len(seeds)
+    if k >= 2:
+        bc, bd = [], []
+        for _ in range(n_boot):
+            pick = [seeds[i] for i in rng.integers(0, k, size=k)]
+            (bc_, ba_, bb_, _), _ = _gap_profile(Df, mean_gap(pick), level)
+            bc.append(bc_)
+            bd.append(_d_star(bc_, ba_, bb_))
+        q = lambda v, p: float(np.quantile(np.asarray(v), p, method="inverted_cdf"))  # noqa: E731
+        c_lo, c_hi = min(c_lo, q(bc, 0.025)), max(c_hi, q(bc, 0.975))
+        d_lo, d_hi = min(d_lo, q(bd, 0.025)), max(d_hi, q(bd, 0.975))
+    method = (f"G = c − a·D^(−b) on the largest {len(idx)} budgets; c's interval: per-seed bootstrap ({k} seeds) ∪ "
+              f"profile F-test over b" if k >= 2 else f"G = c − a·D^(−b) on {len(idx)} budgets; profile F-test only "
+              "(one seed)")
+    common = dict(budgets=[float(x) for x in Df], c=c, a=a, b=b, rms=math.sqrt(sse / len(idx)), c_lo=c_lo, c_hi=c_hi,
+                  method=method)
+    if c_hi < 0:
+        return GapFit("never crosses", **common)
+    if c_lo <= 0:
+        return GapFit("cannot tell", **common)
+    if a <= 0:
+        return GapFit("ahead throughout", **common)
+    return GapFit("crosses", **common, D_star=_d_star(c, a, b), D_lo=d_lo,
+                  D_hi=d_hi if math.isfinite(d_hi) else None)
+
+
+def describe_gap_fit(f: GapFit, n_params: float | None = None) -> str:
+    """The gap fit in words: a predicted crossing with its interval, a predicted absence, or that it cannot tell."""
+    per = (lambda d: f" ({d / n_params:.3g} tokens/param)" if n_params else "")  # noqa: E731
+    civ = (f"asymptote c = {f.c:+.4f} [{f.c_lo:+.4f}, {f.c_hi:+.4f}]" if f.c is not None else "")
+    if f.status == "no fit":
+        return f"no gap fit ({f.method})"
+    if f.status == "cannot tell":
+        return f"these budgets cannot tell whether the curves cross (gap fit: {civ}, which holds 0)"
+    if f.status == "never crosses":
+        return f"the gap fit predicts the curves never cross ({civ} < 0)"
+    if f.status == "ahead throughout":
+        return f"the gap fit has the variant ahead throughout ({civ} > 0)"
+    hi = f"{f.D_hi:.3g}{per(f.D_hi)}" if f.D_hi is not None else "∞"
+    return (f"the gap fit predicts a crossing at D* ≈ {f.D_star:.3g} tokens{per(f.D_star)} [{f.D_lo:.3g}, {hi}] "
+            f"({civ} > 0)")
+
+
+def judged_budget(D: Sequence[float], declared_tokens: float | None) -> tuple[int, bool]:
+    """(index of the budget a loss claim is judged at, whether the declared budget was reached): the smallest budget
+    ≥ (1 − :data:`DECLARED_TOLERANCE`)·K·N; the largest budget, unreached, when all are below; the largest budget
+    when nothing was declared."""
+    if declared_tokens is None:
+        return len(D) - 1, True
+    for j, d in enumerate(D):
+        if d >= (1.0 - DECLARED_TOLERANCE) * declared_tokens:
+            return j, True
+    return len(D) - 1, False
+
+
 def analyse_crossover(budgets: Sequence[float], losses: dict[str, dict[int, Sequence[float | None]]], baseline: str,
                       variant: str, non_embedding_params: float | None = None, n_boot: int = 300,
-                      noise_floor: float | None = None, horizon: float = HORIZON) -> CrossoverAnalysis:
-    """The gap, fits, crossing and verdict for ``variant`` against ``baseline`` (module docstring).
+                      noise_floor: float | None = None, horizon: float = HORIZON,
+                      enough_tokens_per_param: float | None = None) -> CrossoverAnalysis:
+    """The gap, its verdict at the declared budget, closing, the gap fit and the per-arm fits for ``variant``
+    against ``baseline`` (module docstring).
 
     ``losses[arm][seed]`` is the list of annealed validation losses at ``budgets`` (None where missing). Only
-    seeds present in both arms are used (pairs). ``noise_floor`` (nats) is the seed-noise floor that a one-seed
-    gap must exceed (:func:`loss_claim_verdict`).
+    seeds present in both arms are used (pairs). ``enough_tokens_per_param`` is the declared budget K (tokens per
+    non-embedding parameter; needs ``non_embedding_params``); None: judged at the largest budget. ``noise_floor``
+    (nats) is the seed-noise floor that a one-seed gap must exceed (:func:`loss_claim_verdict`).
     """
     D = np.asarray(budgets, dtype=np.float64)
     if D.ndim != 1 or D.size < 1 or (D <= 0).any() or (np.diff(D) <= 0).any():
@@ -172,6 +396,8 @@ def analyse_crossover(budgets: Sequence[float], losses: dict[str, dict[int, Sequ
     for arm in (baseline, variant):
         if arm not in losses:
             raise ValueError(f"no losses for arm {arm!r} (have: {', '.join(losses)})")
+    if enough_tokens_per_param is not None and not non_embedding_params:
+        raise ValueError("a declared budget in tokens per parameter needs non_embedding_params")
     seeds = sorted(set(losses[baseline]) & set(losses[variant]))
     if not seeds:
         raise ValueError(f"arms {baseline!r} and {variant!r} share no seed: nothing to pair")
@@ -182,10 +408,10 @@ def analyse_crossover(budgets: Sequence[float], losses: dict[str, dict[int, Sequ
         return [base[s][j] - var[s][j] for s in seeds if base[s][j] is not None and var[s][j] is not None]
 
     gap = [paired_t_interval(diffs(j)) for j in range(D.size)]
-    j_ref = int(np.searchsorted(D, D[-1] / 4.0 - 1e-9)) if D.size > 1 else 0
-    change = [(base[s][-1] - var[s][-1]) - (base[s][j_ref] - var[s][j_ref]) for s in seeds
-              if None not in (base[s][-1], var[s][-1], base[s][j_ref], var[s][j_ref])]
-    gap_change = paired_t_interval(change)
+    declared = enough_tokens_per_param * non_embedding_params if enough_tokens_per_param else None
+    j, reached = judged_budget(D, declared)
+    change, ref = gap_change(D, base, var, seeds, j)
+    gap_fit = fit_gap_curve(D, base, var, seeds, upto=j, n_boot=n_boot)
 
     fb, fv = _fit(D, _mean_curve(base, seeds)), _fit(D, _mean_curve(var, seeds))
     notes: list[str] = []
@@ -204,56 +430,58 @@ def analyse_crossover(budgets: Sequence[float], losses: dict[str, dict[int, Sequ
         if fb.n_sizes == 3 or fv.n_sizes == 3:
             notes.append("3 budgets: each fit passes through its points (no check of the functional form)")
     fits = {baseline: fb.to_dict() if fb else None, variant: fv.to_dict() if fv else None}
-    verdict, reason = loss_claim_verdict(gap[-1], gap_change, crossing, len(seeds), noise_floor)
     tpp = [float(d) / non_embedding_params for d in D] if non_embedding_params else None
+    where = (f"D = {D[j]:,.0f} tokens" + (f" ({tpp[j]:.3g} tokens/param)" if tpp else "")
+             + ("" if declared is None else f", declared {enough_tokens_per_param:g} tokens/param"))
+    verdict, reason = loss_claim_verdict(gap[j], len(seeds), noise_floor, reached=reached, where=where,
+                                         seeds_needed=seeds_to_resolve(diffs(j)), declared=declared is not None)
     a = CrossoverAnalysis(baseline, variant, [float(d) for d in D], seeds, {baseline: base, variant: var}, gap,
-                          gap_change, fits, crossing, verdict, reason, tpp, notes=notes)
-    a.answer = one_line_answer(a)
+                          change, fits, crossing, verdict, reason, tpp, notes=notes, judged=j,
+                          declared_tokens_per_param=enough_tokens_per_param, declared_tokens=declared,
+                          reached=reached, gap_change_from=float(D[ref]) if ref is not None else None,
+                          gap_fit=gap_fit)
+    a.answer = one_line_answer(a, non_embedding_params)
     return a
 
 
-def loss_claim_verdict(gap_max: Interval, gap_change: Interval, crossing: Crossing, n_seeds: int,
-                       noise_floor: float | None = None) -> tuple[str, str]:
-    """The verdict of a loss claim ("the variant reaches lower loss") read from the crossover (DESIGN.md §2).
+def loss_claim_verdict(gap: Interval, n_seeds: int, noise_floor: float | None = None, reached: bool = True,
+                       where: str = "the judged budget", seeds_needed: int | None = None, declared: bool = True
+                       ) -> tuple[str, str]:
+    """The verdict of a loss claim ("the variant reaches lower loss") at the declared budget (DESIGN.md §2).
 
-    With ≥ 2 seeds the gap at the largest budget G(D_max) has a seed-paired t-interval; with one seed "beyond
-    noise" means |G(D_max)| > ``noise_floor`` (a preset's measured seed-to-seed spread; none → never beyond noise).
-
-    - **supported**: G(D_max) > 0 beyond noise;
-    - **not supported**: G(D_max) < 0 beyond noise, the gap is not closing (its seed-paired change over the last
-      4× of budget has mean ≤ 0) and the fits predict no crossing within 10× D_max;
-    - **inconclusive — not reached at this budget**: G(D_max) < 0 or within noise while the gap is closing or a
-      crossing is predicted (the reason names it);
-    - **inconclusive** otherwise.
+    With ≥ 2 seeds G has a seed-paired 95% t-interval: **supported** when it lies above 0, **not supported** when it
+    lies below 0, **inconclusive** when it holds 0 (the reason says how many seeds would resolve it at the measured
+    spread). With one seed, "above/below" means beyond ± ``noise_floor`` (a preset's measured seed-to-seed spread;
+    none: inconclusive). **Inconclusive — not reached at this budget** only when ``reached`` is False (the largest
+    budget lies below the declared one): a short run never says *not supported*. Closing and the crossing are
+    reported beside the verdict; they do not decide it.
     """
-    g = gap_max.value
+    g = gap.value
     if g is None:
-        return INCONCLUSIVE, "no gap measured at the largest budget"
-    if n_seeds >= 2:
-        ahead, behind = gap_max.lo is not None and gap_max.lo > 0, gap_max.hi is not None and gap_max.hi < 0
-        noise = f"95% t-interval [{gap_max.lo:+.4f}, {gap_max.hi:+.4f}] over {n_seeds} seeds"
+        return INCONCLUSIVE, f"no gap measured at {where}"
+    if n_seeds >= 2 and gap.lo is not None and gap.hi is not None:
+        above, below = gap.lo > 0, gap.hi < 0
+        noise = f"95% t-interval [{gap.lo:+.4f}, {gap.hi:+.4f}] over {n_seeds} seeds"
     else:
-        floor = noise_floor
-        ahead = floor is not None and g > floor
-        behind = floor is not None and g < -floor
-        noise = f"one seed; noise floor {floor:.4f}" if floor is not None else "one seed and no noise floor"
-    where = f"G(D_max) = {g:+.4f} nats ({noise})"
-    if ahead:
-        return SUPPORTED, f"the variant is ahead at the largest budget: {where}"
-    closing = gap_change.value is not None and gap_change.value > 0
-    near = crossing.status == "crosses" and not crossing.extrapolated and not crossing.degenerate
-    pred = describe_crossing(crossing)
-    if behind and not closing and not near:
-        return NOT_SUPPORTED, f"the variant is behind and the gap is not closing: {where}; {pred}"
-    if closing or near:
-        trend = (f"the gap closed by {gap_change.value:+.4f} nats over the last 4× of budget"
-                 if closing else "the gap is not closing")
-        return NOT_REACHED, f"{where}; {trend}; {pred}"
-    return INCONCLUSIVE, f"{where}; the gap is within noise and not closing; {pred}"
+        above = noise_floor is not None and g > noise_floor
+        below = noise_floor is not None and g < -noise_floor
+        noise = f"one seed; noise floor {noise_floor:.4f}" if noise_floor is not None else "one seed and no noise floor"
+    text = f"G = {g:+.4f} nats at {where} ({noise})"
+    if not declared:
+        text += "; no budget was declared before the runs, so the largest one is judged"
+    if not reached:
+        return NOT_REACHED, f"the largest budget is below the declared one: {text}"
+    if above:
+        return SUPPORTED, f"the variant is ahead: {text}"
+    if below:
+        return NOT_SUPPORTED, f"the variant is behind: {text}"
+    more = (f"; ≈ {seeds_needed} seeds would resolve it at the measured spread" if seeds_needed
+            else "; no number of seeds would resolve a zero mean gap" if n_seeds >= 2 else "")
+    return INCONCLUSIVE, f"the interval holds 0: {text}{more}"
 
 
 def describe_crossing(c: Crossing) -> str:
-    """The crossing in words: where, with its interval, or that none is predicted."""
+    """The per-arm fits' crossing in words (secondary: it does not decide anything)."""
     if c.status == "no fit":
         return "no L(D) fit"
     if c.status == "no crossing":
@@ -267,19 +495,30 @@ def describe_crossing(c: Crossing) -> str:
     return f"the fits cross at D* ≈ {c.D_star:.3g} tokens [{lo}, {hi}]{ext}{bad}"
 
 
-def one_line_answer(a: CrossoverAnalysis) -> str:
-    """"At D = … tokens the variant is ahead/behind by … [interval]; the curves cross at ≈ … (…) or do not …"."""
-    g = a.gap[-1]
+def describe_change(a: CrossoverAnalysis) -> str:
+    """"the gap closed by … [lo, hi] from D/4 to D" / "not closing beyond noise" / why it is not measured."""
+    ch = a.gap_change
+    if ch.value is None or a.gap_change_from is None:
+        return "no budget at a true 4× below the judged one: closing not measured"
+    span = f"from {a.gap_change_from:.3g} to {a.budgets[a.judged]:.3g} tokens ({a.budgets[a.judged] / a.gap_change_from:.2f}×)"
+    if ch.lo is None:
+        return f"the gap changed by {ch.value:+.4f} nats {span} (one seed: no interval)"
+    iv = f"{ch.value:+.4f} [{ch.lo:+.4f}, {ch.hi:+.4f}] nats {span}"
+    if ch.lo > 0:
+        return f"the gap rose by {iv}" + (": closing" if (a.gap[a.gap_change_from_index()].value or 0) < 0 else "")
+    return f"not closing beyond noise: the gap changed by {iv}"
+
+
+def one_line_answer(a: CrossoverAnalysis, n_params: float | None = None) -> str:
+    """"At the declared budget D = … the variant is ahead/behind by … [interval]; closing …; the gap fit …"."""
+    j = a.judged
+    g = a.gap[j]
     if g.value is None:
-        return "no loss measured at the largest budget"
+        return "no loss measured at the judged budget"
     side = "ahead of" if g.value > 0 else "behind"
     iv = f" [{g.lo:+.4f}, {g.hi:+.4f}]" if g.lo is not None else " (one seed: no interval)"
-    tpp = f" ({a.tokens_per_param[-1]:.3g} tokens/param)" if a.tokens_per_param else ""
-    c = a.crossing
-    text = f"at D = {a.budgets[-1]:.3g} tokens{tpp} {a.variant} is {side} {a.baseline} by {abs(g.value):.4f} nats{iv}; "
-    if c.status == "crosses" and a.tokens_per_param:
-        per = c.D_star * a.tokens_per_param[-1] / a.budgets[-1]
-        text += describe_crossing(c).replace(" tokens [", f" tokens (≈ {per:.3g} tokens/param) [")
-    else:
-        text += describe_crossing(c)
-    return text
+    tpp = f" ({a.tokens_per_param[j]:.3g} tokens/param)" if a.tokens_per_param else ""
+    which = "the declared budget" if a.declared_tokens is not None and a.reached else (
+        "the largest budget (below the declared one)" if a.declared_tokens is not None else "the largest budget")
+    return (f"at {which} D = {a.budgets[j]:.3g} tokens{tpp} {a.variant} is {side} {a.baseline} by "
+            f"{abs(g.value):.4f} nats{iv}; {describe_change(a)}; {describe_gap_fit(a.gap_fit, n_params)}")

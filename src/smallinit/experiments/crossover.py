@@ -426,7 +426,8 @@ def analyse(spec: CrossoverSpec, out: Path, budgets: list[Budget], n_boot: int =
     for arm in spec.arms:
         if arm != spec.baseline:
             analyses[arm] = analyse_crossover(D, losses, spec.baseline, arm, non_embedding_params=n_non_emb,
-                                              n_boot=n_boot, noise_floor=noise_floor)
+                                              n_boot=n_boot, noise_floor=noise_floor,
+                                              enough_tokens_per_param=spec.enough)
     return {"spec": spec.to_dict(), "tuning": collect_tuning(spec, out) if spec.lrs else {},
             "budgets": [asdict(b) for b in budgets], "non_embedding_params": n_non_emb,
             "tokens_per_param": [d / n_non_emb for d in D], "losses": {a: {str(s): v for s, v in r.items()}

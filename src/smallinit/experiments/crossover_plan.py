@@ -50,7 +50,7 @@ def spec_from_preset(p: Any, corpus: str | os.PathLike, xp: Any = None) -> Cross
                 *([] if xp.lrs else [f"optim.lr={lr}"])] for a, (g, e, gate) in arm_settings(xp).items()}
     spec = CrossoverSpec(arms=arms, baseline=xp.arms[0], tokens=int(xp.tokens) or 1, base=f"preset {p.name}",
                          seeds=list(range(xp.seeds)), fractions=list(xp.fractions), base_config=d,
-                         lrs=list(xp.lrs), tune_fraction=xp.tune_fraction)
+                         lrs=list(xp.lrs), tune_fraction=xp.tune_fraction, enough=p.enough)
     if xp.tokens_per_param:
         cfg = arm_config(spec, spec.baseline, 0)
         vocab = (read_json(Path(corpus) / "meta.json") or {}).get("vocab_size")

@@ -20,7 +20,8 @@ def _fit_curve(fit: dict[str, Any] | None, D):
 
 def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
     """Left: L(D) per arm (each seed a dot, the seed mean a line, the fit L = E + B·D^(−β) dashed, log D).
-    Right: G(D) = L_baseline − L_arm per arm with seed-paired 95% t-intervals, and the fitted gap (dashed)."""
+    Right: G(D) = L_baseline − L_arm per arm with seed-paired 95% t-intervals, the gap fit c − a·D^(−b) (dashed)
+    and the declared budget (dotted)."""
     import numpy as np
 
     plt = pyplot()
@@ -58,17 +59,21 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
         err = np.array([[v - l for v, l, k in zip(g, lo, ok) if k], [h - v for v, h, k in zip(g, hi, ok) if k]])
         ax2.errorbar(d, gv, yerr=err, fmt="o-", color=color(list(result["losses"]).index(arm)), capsize=3,
                      label=f"{base} − {arm}")
-        yb, ya = _fit_curve(a["fits"].get(base), grid), _fit_curve(a["fits"].get(arm), grid)
-        if yb is not None and ya is not None:
-            ax2.plot(grid, yb - ya, "--", color=color(list(result["losses"]).index(arm)), lw=0.8)
+        gf = a.get("gap_fit") or {}
+        if gf.get("c") is not None:
+            ax2.plot(grid, gf["c"] - gf["a"] * grid ** -gf["b"], "--",
+                     color=color(list(result["losses"]).index(arm)), lw=0.8)
+        j = a.get("judged")
+        if j is not None and a.get("declared_tokens"):
+            ax2.axvline(a["declared_tokens"], color="0.5", lw=0.8, ls=":")
     ax2.axhline(0, color="k", lw=0.8)
     ax2.set_xscale("log")
     ax2.set_xlim(D[0] / 1.5, D[-1] * 4)
     ax2.set_xlabel("training tokens D")
     ax2.set_ylabel(f"G(D) = L_{base} − L_arm  (> 0: arm ahead)")
     n_seeds = min((len(a["seeds"]) for a in result["analyses"].values()), default=0)
-    ax2.set_title("gap with seed-paired 95% t-intervals; dashed: fits" if n_seeds >= 2 else
-                  "gap (one seed: no interval); dashed: fits")
+    ax2.set_title("gap, seed-paired 95% t-intervals; dashed: c − a·D^(−b); dotted: declared" if n_seeds >= 2 else
+                  "gap (one seed: no interval); dashed: c − a·D^(−b)")
     if ax2.get_legend_handles_labels()[0]:
         ax2.legend(fontsize=8)
     return save_png(fig, path)
@@ -84,7 +89,11 @@ def lr_words(result: dict[str, Any]) -> str:
     if tuning:
         spec = result["spec"]
         edge = [a for a, t in tuning.items() if t.get("at_edge")]
-        return (f"learning rate tuned per arm on {spec['tune_fraction']:g}·D WSD runs (seed {spec['seeds'][0]}): "
+        seed = spec.get("tune_seed")
+        who = (f"seed {seed}, reported by no run; judged on tune batches disjoint from the validation batches"
+               if seed is not None else f"seed {spec['seeds'][0]}, a reported seed; judged on the validation batches")
+        return (f"learning rate tuned per arm on {spec['tune_fraction']:g}·D WSD runs ({who}), the same grid for "
+                "every arm: "
                 + ", ".join(f"{a} {_f(t['chosen'], '.3g')}" for a, t in tuning.items())
                 + (f" — still at the grid's edge for {', '.join(edge)}" if edge else ""))
     arm = next(iter(result["spec"]["arms"].values()))
@@ -93,7 +102,7 @@ def lr_words(result: dict[str, Any]) -> str:
 
 
 def tuning_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """(columns, rows) of the tuning runs' final validation losses: one row per arm, one column per rate tried."""
+    """(columns, rows) of the tuning runs' final tune losses: one row per arm, one column per rate tried."""
     tuning = result.get("tuning") or {}
     rates = sorted({float(r) for t in tuning.values() for r in t["losses"]})
     cols = ["arm", *[f"lr {r:.3g}" for r in rates], "chosen"]
@@ -121,7 +130,7 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
     lines += [f"The {lr_words(result)}.", ""]
     if result.get("tuning"):
         cols, rows = tuning_rows(result)
-        lines += ["## Learning rate per arm (final validation loss of each tuning run)", "",
+        lines += ["## Learning rate per arm (final tune_loss of each tuning run)", "",
                   "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
                   *["| " + " | ".join(r) + " |" for r in rows], ""]
     if figure:
@@ -143,9 +152,25 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
         for d, g in zip(D, a["gap"]):
             lines.append(f"| {d:,} | {_f(g['value'], '+.4f')} | [{_f(g['lo'], '+.4f')}, {_f(g['hi'], '+.4f')}] | "
                          f"{g['method']} |")
-        ch = a["gap_change"]
-        lines += ["", f"Change of the gap over the last 4× of budget: {_f(ch['value'], '+.4f')} "
-                  f"[{_f(ch['lo'], '+.4f')}, {_f(ch['hi'], '+.4f')}] nats (> 0: closing).", "",
+        ch, j = a["gap_change"], a.get("judged", len(D) - 1)
+        if a.get("declared_tokens"):
+            lines += ["", f"Declared budget: {a['declared_tokens_per_param']:g} tokens/param = "
+                      f"{a['declared_tokens']:,.0f} tokens; judged at D = {D[j]:,}"
+                      + ("" if a.get("reached", True) else " (the largest budget: the declared one was not reached)")
+                      + "."]
+        ref = a.get("gap_change_from")
+        lines += ["", (f"Change of the gap from {ref:,.0f} to {D[j]:,} tokens ({D[j] / ref:.2f}×): "
+                       f"{_f(ch['value'], '+.4f')} [{_f(ch['lo'], '+.4f')}, {_f(ch['hi'], '+.4f')}] nats (> 0 with the "
+                       "interval above 0: closing)." if ref else
+                       "Change of the gap over 4× of budget: not measured (no budget at a true 4× below).")]
+        gf = a.get("gap_fit")
+        if gf:
+            lines += ["", f"Gap fit G(D) = c − a·D^(−b) ({gf['method']}): **{gf['status']}**"
+                      + (f"; c = {gf['c']:+.4f} [{gf['c_lo']:+.4f}, {gf['c_hi']:+.4f}], b = {gf['b']:.3g}, "
+                         f"rms residual {gf['rms']:.4f}" if gf.get("c") is not None else "")
+                      + (f"; D* ≈ {gf['D_star']:.3g} tokens [{_f(gf['D_lo'], '.3g')}, {_f(gf['D_hi'], '.3g') if gf['D_hi'] else '∞'}]"
+                         if gf.get("D_star") else "") + "."]
+        lines += ["", "Secondary (decides nothing): per-arm fits and where they meet.", "",
                   "| fit L(D) = E + B·D^(−β) | E | β | R² | residuals |", "|---|---|---|---|---|"]
         for name in (base, arm):
             fit = a["fits"].get(name)

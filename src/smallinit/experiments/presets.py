@@ -99,7 +99,7 @@ class CrossoverPlan:
     lrs: tuple[float, ...] = ()
     """Rates tuned per arm before the trunks, each a WSD run of ``tune_fraction``·D tokens (grid extended past a
     winning edge value); empty: ``lr`` for every arm."""
-    tune_fraction: float = 0.125
+    tune_fraction: float = 0.25
     claim: int = 1
     """The claim this crossover answers (1: claim 1's, in ``OUT/crossover``; others in ``OUT/crossover-cK[-LABEL]``)."""
     label: str = ""
@@ -132,6 +132,9 @@ class Preset:
     moe_size: str | None = None
     """Claim 10: a size label whose overrides include the MoE settings."""
     lrs: tuple[float, ...] = (3e-3,)
+    enough: float = 75.0
+    """The declared budget K of every loss claim, in tokens per non-embedding parameter, fixed before the runs
+    (DESIGN.md §2): a loss claim is judged at K·N and is "inconclusive — not reached" from runs that stop below it."""
     seeds: dict[int, int] = field(default_factory=dict)
     gammas: tuple[float, ...] = ()
     anchor: dict[str, Any] = field(default_factory=dict)

@@ -34,20 +34,22 @@ def judge(variant: Sequence[float], baseline: Sequence[float], boot_hw: float | 
 
 
 def from_crossover(x: dict[str, Any]) -> Verdict:
-    """Claim 1 read from a crossover (DESIGN.md §2): the verdict of
-    :func:`smallinit.crossing.loss_claim_verdict` for the paper arm against the baseline — supported when the gap
-    G(D_max) = L_baseline − L_paper is > 0 beyond noise; not supported when it is < 0, not closing and no crossing
-    is predicted within 10× D_max; "inconclusive — not reached at this budget" when behind but closing."""
+    """Claim 1 read from a crossover (DESIGN.md §2): the verdict of :func:`smallinit.crossing.loss_claim_verdict`
+    for the paper arm against the baseline at the declared budget — supported when the seed-paired interval of
+    G = L_baseline − L_paper lies above 0, not supported below 0, inconclusive when it holds 0, "inconclusive — not
+    reached at this budget" only when the largest budget is below the declared one."""
     a = x["analyses"]["paper"]
-    g = a["gap"][-1]
-    D = x["budgets"][-1]["tokens"]
-    effects = [Effect(f"G(D_max = {D:,} tokens) = L(baseline) − L(paper)", g["value"], g["lo"], g["hi"], g["method"])]
+    j = a.get("judged", len(x["budgets"]) - 1)
+    g = a["gap"][j]
+    D = x["budgets"][j]["tokens"]
+    effects = [Effect(f"G(D = {D:,} tokens) = L(baseline) − L(paper)", g["value"], g["lo"], g["hi"], g["method"])]
     if "gamma-only" in x["analyses"]:
-        gg = x["analyses"]["gamma-only"]["gap"][-1]
-        effects.append(Effect("(info) G(D_max) = L(baseline) − L(γ-only: γ 0.5, ε 1e-12, gate)", gg["value"],
+        gg = x["analyses"]["gamma-only"]["gap"][j]
+        effects.append(Effect(f"(info) G(D = {D:,}) = L(baseline) − L(γ-only: γ 0.5, ε 1e-12, gate)", gg["value"],
                               gg["lo"], gg["hi"], gg["method"]))
-    nums = {"answer": a["answer"], "crossing": a["crossing"], "gap_change": a["gap_change"],
-            "budgets": [b["tokens"] for b in x["budgets"]], "tokens_per_param": x["tokens_per_param"]}
+    nums = {"answer": a["answer"], "gap_fit": a.get("gap_fit"), "crossing": a["crossing"],
+            "gap_change": a["gap_change"], "budgets": [b["tokens"] for b in x["budgets"]],
+            "tokens_per_param": x["tokens_per_param"], "declared_tokens_per_param": a.get("declared_tokens_per_param")}
     return Verdict(a["verdict"], effects, nums, notes=[a["reason"]])
 
 
