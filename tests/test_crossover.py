@@ -481,3 +481,12 @@ def test_a_branch_waits_only_for_its_own_trunk_and_is_blocked_when_it_failed(mon
     res = execute(jobs, 1, log=lambda s: None)
     assert started == ["tA", "tB", "bB"]
     assert res[tmp_path / "bA"][0] == "blocked" and res[tmp_path / "bB"][0] == "done"
+
+
+def test_two_seeds_never_predict_a_crossing_either_way():
+    """The gap fit needs ≥ 3 seeds for a D* or a "never": the same curve with 2 seeds cannot tell."""
+    d_max, truth = 16e6, 16e6 / 3
+    gap = lambda D: 0.02 - 0.02 * (truth / D) ** 0.6  # noqa: E731
+    D = [d_max / 16, d_max / 8, d_max / 4, d_max / 2, d_max]
+    a = analyse_crossover(D, gap_curves(gap, D, seeds=2, noise=0.003), "base", "var", n_boot=50)
+    assert a.gap_fit.status == "cannot tell" and "fewer than 3 seeds" in a.answer

@@ -46,6 +46,9 @@ FOUR_FOLD_TOLERANCE = 0.10
 """The reference of "over 4× of budget" is the budget nearest D/4 by ratio, within this relative distance."""
 GAP_FIT_BUDGETS = 4
 """The gap fit G(D) = c − a·D^(−b) uses the largest this-many budgets up to the judged one (3 parameters: ≥ 1 left)."""
+GAP_FIT_SEEDS = 3
+"""A crossing (or its absence) is predicted only from ≥ this many seeds: a bootstrap over 2 seeds has 3 distinct
+draws, too few to carry the training noise (on the `cpu` report's 2-seed data it gave c > 0 by a hair)."""
 B_RANGE = (0.02, 5.0)
 """The exponent b of the gap fit is searched in this range."""
 
@@ -339,6 +342,9 @@ def fit_gap_curve(D: Sequence[float], base: dict[int, list], var: dict[int, list
               "(one seed)")
     common = dict(budgets=[float(x) for x in Df], c=c, a=a, b=b, rms=math.sqrt(sse / len(idx)), c_lo=c_lo, c_hi=c_hi,
                   method=method)
+    if k < GAP_FIT_SEEDS:
+        common["method"] += f"; fewer than {GAP_FIT_SEEDS} seeds: no prediction either way"
+        return GapFit("cannot tell", **common)
     if c_hi < 0:
         return GapFit("never crosses", **common)
     if c_lo <= 0:
@@ -356,7 +362,8 @@ def describe_gap_fit(f: GapFit, n_params: float | None = None) -> str:
     if f.status == "no fit":
         return f"no gap fit ({f.method})"
     if f.status == "cannot tell":
-        return f"these budgets cannot tell whether the curves cross (gap fit: {civ}, which holds 0)"
+        why = ("fewer than 3 seeds" if "fewer than" in f.method else "which holds 0")
+        return f"these budgets cannot tell whether the curves cross (gap fit: {civ}, {why})"
     if f.status == "never crosses":
         return f"the gap fit predicts the curves never cross ({civ} < 0)"
     if f.status == "ahead throughout":
