@@ -67,9 +67,9 @@ def test_seed_noise_floor_pools_the_seed_variance_and_bounds_one_seed_verdicts()
     from smallinit.experiments.claims.rules import seed_noise_floor
 
     assert seed_noise_floor([[1.0], [2.0]]) is None  # no arm with two seeds: no floor
-    # s² = (0.005² · 2 + 0.01² · 2) / 2 → s = 0.0079; floor = 1.96 · √2 · s
+    # s² = (0.005² · 2 + 0.01² · 2) / 2 → s = 0.0079 on 2 degrees of freedom; floor = t_{2, 0.975} · √2 · s
     floor = seed_noise_floor([[1.00, 1.01], [2.00, 2.02]])
-    assert floor == pytest.approx(1.96 * math.sqrt(2) * math.sqrt((2 * 0.005 ** 2 + 2 * 0.01 ** 2) / 2))
+    assert floor == pytest.approx(4.3027 * math.sqrt(2) * math.sqrt((2 * 0.005 ** 2 + 2 * 0.01 ** 2) / 2), rel=1e-4)
     # a one-seed gap of 0.02 with a tight token bootstrap (±0.005) is below this floor: inconclusive
     assert lower_is_better_effect("l", [3.50], [3.52], max(0.005, floor)).verdict == INCONCLUSIVE
     assert lower_is_better_effect("l", [3.50], [3.52], 0.005).verdict == SUPPORTED
@@ -85,15 +85,23 @@ def test_paired_bootstrap_over_units():
 
 
 def test_sink_claim_three_outcomes():
-    std = [0.05, 0.06, 0.05, 0.07]
-    assert judge_sink(std, [0.4, 0.5, 0.45, 0.5], [0.05, 0.06, 0.04, 0.05]).verdict == SUPPORTED
-    assert judge_sink(std, [0.01, 0.02, 0.01, 0.02], [0.0, 0.01, 0.0, 0.01]).verdict == NOT_SUPPORTED
-    assert judge_sink(std, [0.3, 0.0, 0.2, 0.01], [0.01, 0.2, 0.01, 0.3]).verdict == INCONCLUSIVE
+    """Three seeds of two layers each ({seed: [layer shares]}): a t-interval over the seed-paired layer means."""
+    std = {0: [0.05, 0.06], 1: [0.05, 0.07], 2: [0.06, 0.05]}
+    small = {0: [0.4, 0.5], 1: [0.45, 0.5], 2: [0.42, 0.47]}
+    assert judge_sink(std, small, {0: [0.05, 0.06], 1: [0.04, 0.05], 2: [0.05, 0.05]}).verdict == SUPPORTED
+    low = {0: [0.01, 0.02], 1: [0.01, 0.02], 2: [0.02, 0.01]}
+    assert judge_sink(std, low, {0: [0.0, 0.01], 1: [0.0, 0.01], 2: [0.01, 0.0]}).verdict == NOT_SUPPORTED
+    mixed = {0: [0.3, 0.2], 1: [0.0, 0.01], 2: [0.2, 0.01]}
+    assert judge_sink(std, mixed, {0: [0.01, 0.2], 1: [0.3, 0.01], 2: [0.0, 0.2]}).verdict == INCONCLUSIVE
+    # one run of 4 layers (a list of layers is seed 0): never a verdict from the layers of one run
+    one = judge_sink([0.05, 0.06, 0.05, 0.07], [0.4, 0.5, 0.45, 0.5], [0.05, 0.06, 0.04, 0.05])
+    assert one.verdict == INCONCLUSIVE and any("needs ≥ 3" in n for n in one.notes)
 
 
 def test_saturation_claim_needs_both_parts():
-    sat_big_eps = [0.3, 0.4, 0.35, 0.9]
-    sat_small_eps = [1.0, 1.0, 1.0, 1.0]
+    steps = [0, 10, 20, 40, 80]
+    sat_big_eps = {s: (steps, [0.3 + 0.01 * s, 0.35, 0.3, 0.32, 0.34]) for s in range(3)}  # ε-dominated (≤ 0.5)
+    sat_small_eps = {s: (steps, [1.0] * 5) for s in range(3)}
     good_loss = Effect("loss", 0.1, 0.05, 0.15)
     assert judge_saturation(sat_big_eps, sat_small_eps, good_loss).verdict == SUPPORTED
     assert judge_saturation(sat_big_eps, sat_small_eps, Effect("loss", -0.1, -0.15, -0.05)).verdict == NOT_SUPPORTED
@@ -120,7 +128,11 @@ def test_condensation_claim():
     cond = {n: [10, 6, 3, 2, 3, 5 + rng.normal(0, 0.1)] for n in names}
     assert judge_condensation(cond, flat).verdict == SUPPORTED
     assert judge_condensation(flat, cond).verdict == NOT_SUPPORTED
-    assert judge_condensation(flat, {n: list(10 + rng.normal(0, 0.1, 6)) for n in names}).verdict == INCONCLUSIVE
+    # effects inside the noise: 3 seeds per arm, a t-interval over the seed-paired means (one seed's bootstrap over
+    # the matrices of one run holds no seed noise, see claim 6's notes)
+    flat3 = {s: {n: list(10 + rng.normal(0, 0.1, 6)) for n in names} for s in range(3)}
+    other3 = {s: {n: list(10 + rng.normal(0, 0.1, 6)) for n in names} for s in range(3)}
+    assert judge_condensation(flat3, other3).verdict == INCONCLUSIVE
 
 
 def _bins(means, hw=0.01):

@@ -316,7 +316,7 @@ def _lines(run: Path) -> list[dict]:
 def test_training_probe_writes_lines_at_the_right_steps(runs):
     run = runs[0]
     recs = _lines(run)
-    assert [r["step"] for r in recs] == [0, 5, 10]  # log_every=3 does not matter
+    assert [r["step"] for r in recs] == [0, 1, 2, 5, 10]  # the early steps below every=5, then every 5; log_every=3 does not matter
     for r in recs:
         assert len(r["layers"]) == 2 and "blocks.0.attn.q" in r["matrices"]
         assert r["tokens"] == r["step"] * 4 * 32
@@ -401,11 +401,32 @@ def test_resume_drops_later_probe_lines_and_rewrites_them(runs, tmp_path, token_
     probe_cfg = config_from_dict(yaml.safe_load((run / "config.yaml").read_text())).probe
     resume(run, callbacks=[TrainingProbe(probe_cfg)])
     again = _lines(run)
-    assert [r["step"] for r in again] == [0, 5, 10]
+    assert [r["step"] for r in again] == [0, 1, 2, 5, 10]
     for a, b in zip(original, again):
         assert b["matrices"]["blocks.0.attn.q"]["srank"] == pytest.approx(a["matrices"]["blocks.0.attn.q"]["srank"], rel=1e-5)
         assert b["layers"][1]["sink"] == pytest.approx(a["layers"][1]["sink"], rel=1e-5)
     assert sorted(int(p.stem[5:]) for p in (run / "heatmaps").glob("step_*.npz")) == [0, 1, 2, 4, 8, 10]
+
+
+def test_early_probes_are_log_spaced_below_the_uniform_schedule(token_dir, tmp_path):
+    """Issue 35: with probe.every = 100 a real run probes ≥ 4 steps between 0 and 100 (1, 2, 5, 10, 20, 50): the first
+    updates, where a σ = 1/d matrix condenses, are seen; ``early=False`` gives the uniform schedule alone."""
+    from smallinit.probes import TrainingProbe, early_probe_steps
+    from smallinit.train import load_config
+    from smallinit.train.loop import Trainer
+
+    assert early_probe_steps(100) == [1, 2, 5, 10, 20, 50]
+    assert early_probe_steps(1000)[-3:] == [100, 200, 500] and early_probe_steps(2) == [1]
+    assert early_probe_steps(0) == [] and early_probe_steps(1) == []
+    cfg = load_config("tiny", tiny_overrides(token_dir, **{"train.max_steps": 60, "probe.every": 100,
+                                                           "probe.heatmaps": "[]", "train.eval_every": 60,
+                                                           "train.ckpt_every": 60, "train.log_every": 20}))
+    Trainer(cfg, tmp_path / "run", callbacks=[TrainingProbe(cfg.probe)]).run()
+    steps = [r["step"] for r in _lines(tmp_path / "run")]
+    assert steps == [0, 1, 2, 5, 10, 20, 50, 60]  # 60: the last step
+    assert len([s for s in steps if 0 < s < 100]) >= 4
+    off = TrainingProbe(cfg.probe, early=False)
+    assert [s for s in range(61) if off._due(s, 60)[0]] == [0, 60]
 
 
 def test_unknown_heatmap_matrix_is_a_config_error(token_dir, tmp_path):
@@ -425,9 +446,10 @@ def test_probe_cli_writes_json_and_prints_a_table(runs, tmp_path, capsys):
     assert main(["probe", str(runs[0]), "--ckpt", "5", "--out", str(out)]) == 0
     rec = json.loads(out.read_text())
     assert rec["step"] == 5
+    at5 = next(r for r in _lines(runs[0]) if r["step"] == 5)
     assert rec["matrices"]["blocks.0.attn.q"]["srank"] == pytest.approx(
-        _lines(runs[0])[1]["matrices"]["blocks.0.attn.q"]["srank"], rel=1e-6)  # same weights, same number
-    assert rec["layers"][0]["sink"] == pytest.approx(_lines(runs[0])[1]["layers"][0]["sink"], rel=1e-5)
+        at5["matrices"]["blocks.0.attn.q"]["srank"], rel=1e-6)  # same weights, same number
+    assert rec["layers"][0]["sink"] == pytest.approx(at5["layers"][0]["sink"], rel=1e-5)
     text = capsys.readouterr().out
     assert "sink" in text and "attn.q" in text and str(out) in text
     # default output path, latest checkpoint

@@ -14,7 +14,9 @@ This module holds the math on arrays of scores (numpy; torch tensors are accepte
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import os
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -590,13 +592,15 @@ def compare_models(
     bos: bool | None = None,
     device: str = "cpu",
     by_window: bool = False,
-    reference: str | Path | None = None,
+    reference: str | Path | Sequence[str | Path] | None = None,
 ) -> dict:
     """Token-level comparison of variant A against baseline B (DESIGN.md §2, "Token-level gap").
 
     ``by_window``: intervals by a bootstrap over the scored windows (tokens of one window are not independent).
-    ``reference``: a third run (neither A nor B, e.g. a second seed of the baseline) scored on the same positions;
-    the primary bins are then its loss quantiles, the (ℓ_A + ℓ_B)/2 bins a secondary table.
+    ``reference``: a third run (a model from neither family) or several runs (e.g. a second seed of *each* arm, a
+    reference symmetric in A and B, DESIGN.md §2 "Token bins by an independent reference") scored on the same
+    positions; the primary bins are then quantiles of the reference loss — with several runs the mean of their
+    per-token losses, ℓ_ref = mean_r ℓ_r — and the (ℓ_A + ℓ_B)/2 bins a secondary table.
 
     Scores both models on the same held-out positions (:func:`score_models`, float32), then
     Δ_sym = (p_A − p_B)/(p_A + p_B) and ℓ_B − ℓ_A per difficulty bin ((ℓ_A + ℓ_B)/2 quantiles),
@@ -607,13 +611,20 @@ def compare_models(
     scores = score_models(run_a, run_b, data_dir=data_dir, tokens=tokens, seq_len=seq_len,
                           batch_size=batch_size, bos=bos, device=device)
     ref = None
-    if reference is not None:
-        ref = score_models(reference, run_b, data_dir=data_dir, tokens=tokens, seq_len=seq_len,
-                           batch_size=batch_size, bos=bos, device=device)
+    refs = [] if reference is None else [reference] if isinstance(reference, (str, os.PathLike)) else list(reference)
+    if refs:
+        scored = [score_models(r, run_b, data_dir=data_dir, tokens=tokens, seq_len=seq_len, batch_size=batch_size,
+                               bos=bos, device=device) for r in refs]
+        for r, sc in zip(refs[1:], scored[1:]):
+            if not np.array_equal(sc.positions, scored[0].positions):
+                raise ValueError(f"the reference run {r} was scored on other positions than {refs[0]}")
+        ref = scored[0]
+        if len(scored) > 1:  # the mean per-token loss of the references: log p_ref = mean_r log p_r
+            ref = dataclasses.replace(ref, logp_a=np.mean([sc.logp_a for sc in scored], axis=0))
     res = summarize_scores(scores, n_bins=n_bins, by_source=by_source, seed=seed, n_boot=n_boot, reference=ref,
                            by_window=by_window)
-    if reference is not None:
-        res["setup"]["reference"] = str(reference)
+    if refs:
+        res["setup"]["reference"] = str(refs[0]) if len(refs) == 1 else [str(r) for r in refs]
     return res
 
 

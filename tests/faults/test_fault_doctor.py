@@ -39,7 +39,7 @@ def test_healthy_run(healthy, capsys):
     out = capsys.readouterr().out
     assert "2 checkpoints verified (SHA-256): step 12, 16" in out
     assert "metrics.jsonl: 16 records, steps 1..16, strictly increasing, no gaps" in out
-    assert "probes.jsonl: 3 records, steps 0..16" in out
+    assert "probes.jsonl: 6 records, steps 0..16" in out  # 0, the early 1, 2, 5, then every 8: 8, 16
     assert "run complete: step 16" in out and out.rstrip().endswith("healthy")
     assert main(["doctor", str(healthy), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["healthy"] is True
@@ -94,7 +94,7 @@ def repeated_metrics(rd):
 def torn_probes(rd):
     with open(rd / "probes.jsonl", "a") as f:
         f.write('{"step": 20, "lay')
-    return ("probes.jsonl line 4 does not parse (torn last line)",)
+    return ("probes.jsonl line 7 does not parse (torn last line)",)
 
 
 def bad_config(rd):

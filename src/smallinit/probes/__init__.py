@@ -18,6 +18,7 @@ from smallinit.probes.metrics import (
 from smallinit.probes.training import (
     TrainingProbe,
     compute_probes,
+    early_probe_steps,
     heatmap_arrays,
     heatmap_steps,
     matrix_kind,
@@ -32,6 +33,7 @@ from smallinit.probes.training import (
 __all__ = [
     "TrainingProbe",
     "compute_probes",
+    "early_probe_steps",
     "heatmap_arrays",
     "heatmap_steps",
     "matrix_kind",

@@ -74,6 +74,7 @@ __all__ = [
     "PROBES_FILE",
     "TrainingProbe",
     "compute_probes",
+    "early_probe_steps",
     "heatmap_arrays",
     "heatmap_steps",
     "matrix_kind",
@@ -313,6 +314,22 @@ def probe_batch(val_tokens: np.ndarray, seq_len: int, batch_size: int, bos_id: i
 
 # ---- heatmaps ------------------------------------------------------------------------------------
 
+def early_probe_steps(every: int) -> list[int]:
+    """The log-spaced early probe steps 1, 2, 5, 10, 20, 50, 100, … (1-2-5 per decade) strictly below ``every``:
+    condensation happens in the first updates (DESIGN.md §2, "Row cosine similarity"), which a uniform schedule
+    alone (every 100 steps, say) never sees. Empty when probes are off (``every`` ≤ 0). With ``every`` = 100 the
+    probed steps are 0, 1, 2, 5, 10, 20, 50, 100, 200, …"""
+    out, decade = [], 1
+    while every > 0:
+        for m in (1, 2, 5):
+            s = m * decade
+            if s >= every:
+                return out
+            out.append(s)
+        decade *= 10
+    return out
+
+
 def heatmap_steps(max_steps: int) -> list[int]:
     """Log-spaced steps at which heatmaps are saved: 0, 1, 2, 4, 8, ... (< max_steps) and max_steps."""
     steps = {0, int(max_steps)}
@@ -397,8 +414,9 @@ def read_probes(run_dir: str | Path) -> list[dict[str, Any]]:
 # ---- the callback --------------------------------------------------------------------------------
 
 class TrainingProbe:
-    """Trainer callback: probes at step 0, every ``cfg.every`` steps and at the last step; heatmaps at
-    :func:`heatmap_steps`.
+    """Trainer callback: probes at step 0, at the log-spaced early steps below ``cfg.every``
+    (:func:`early_probe_steps`: 1, 2, 5, 10, 20, 50, …; on whenever probes are, ``early=False`` turns them off),
+    every ``cfg.every`` steps and at the last step; heatmaps at :func:`heatmap_steps`.
 
     Each probed step appends one line ``{"step": s, "tokens": ..., **compute_probes(...)}`` to
     ``RUN_DIR/probes.jsonl``; heatmaps go to ``RUN_DIR/heatmaps/step_XXXXXXXX.npz``. Step s means
@@ -417,7 +435,7 @@ class TrainingProbe:
     """
 
     def __init__(self, cfg: Any = None, every: int | None = None, batch_size: int | None = None,
-                 heatmaps: list[str] | None = None, exact_srank: bool | None = None):
+                 heatmaps: list[str] | None = None, exact_srank: bool | None = None, early: bool | None = None):
         def pick(v, name, default):
             return v if v is not None else getattr(cfg, name, default)
 
@@ -425,6 +443,7 @@ class TrainingProbe:
         self.batch_size = int(pick(batch_size, "batch_size", 4))
         self.heatmaps = list(pick(heatmaps, "heatmaps", []) or [])
         self.exact_srank = bool(pick(exact_srank, "exact_srank", False))
+        self.early = set(early_probe_steps(self.every)) if pick(early, "early", True) else set()
         self.done: set[int] = set()
         self.heat_done: set[int] = set()
         self.seconds = 0.0  # time spent probing in this process
@@ -432,7 +451,7 @@ class TrainingProbe:
 
     # -- schedule
     def _due(self, step: int, max_steps: int) -> tuple[bool, bool]:
-        probe = step == 0 or step == max_steps or (self.every > 0 and step % self.every == 0)
+        probe = step == 0 or step == max_steps or (self.every > 0 and step % self.every == 0) or step in self.early
         heat = bool(self.heatmaps) and step in self._heat_steps
         return probe and step not in self.done, heat and step not in self.heat_done
 

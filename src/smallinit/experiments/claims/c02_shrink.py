@@ -9,10 +9,14 @@ actually *ahead* at the largest size, A_fix(N_max) > 0. Part (c) was added after
 claim "supported" on the trend alone while γ = 1 was ≈ 0.5 nats *behind* at every size: a trend of a negative
 advantage says nothing about "the advantage of γ = 1".
 
-Confound. Every size of a preset trains on the same number of tokens, so tokens per parameter
-(tokens / non-embedding parameters) falls as width grows; when the sizes' ratios differ (by more than 10%) the
-verdict's notes say "width is confounded with tokens per parameter: … to …" — a shrinking advantage may be a
-shorter relative budget rather than a larger width.
+Widths are compared **at equal tokens per parameter** (tokens / non-embedding parameters). Short runs train every
+size on the same number of tokens, so tokens per parameter falls as width grows: when the sizes' ratios differ by
+more than 10% the verdict is inconclusive and the notes say "width is confounded with tokens per parameter: … to …"
+— a shrinking advantage may be a shorter relative budget rather than a larger width (``cpu-long`` trains one
+crossover per width at equal tokens per parameter instead). And it is a loss claim: from runs below the declared
+budget (``Preset.enough`` tokens per non-embedding parameter, the smallest over the sizes) the verdict is
+"inconclusive — not reached at this budget" (:func:`~smallinit.experiments.claims.rules.at_budget`), never "not
+supported" — at 0.14–0.5 tokens per parameter γ = 1 is always behind, which says nothing about the claim.
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from smallinit.experiments.claims.context import ClaimContext, fmt, fmt_ci
+from smallinit.experiments.claims.context import ClaimContext, fmt, fmt_ci, planned_run_numbers
 from smallinit.experiments.claims.plots import pyplot, save
 from smallinit.figures import finish_axes
-from smallinit.experiments.claims.rules import (INCONCLUSIVE, SUPPORTED, Effect, Verdict, combine, difference,
-                                                is_finite, lower_is_better_effect)
+from smallinit.experiments.claims.rules import (INCONCLUSIVE, SUPPORTED, Effect, Verdict, at_budget, combine,
+                                                difference, is_finite, lower_is_better_effect, seed_pairs)
 from smallinit.experiments.presets import SHRINK_ARMS, Arm, Preset, arm
 
 ID = 2
@@ -40,7 +44,7 @@ def arms(p: Preset) -> dict[str, Arm]:
 
 
 def judge(adv_nofix: dict[float, Effect], adv_fix: dict[float, Effect],
-          tokens_per_param: dict[float, float] | None = None) -> Verdict:
+          tokens_per_param: dict[float, float] | None = None, enough: float | None = None) -> Verdict:
     """Claim 2. adv_*[N] = the advantage of γ = 1 over γ = 0.5 (loss(γ=0.5) − loss(γ=1)) at size N, without
     and with the two fixes; ``tokens_per_param[N]`` = training tokens / non-embedding parameters at size N
     (optional). Parts (all must be supported):
@@ -50,10 +54,15 @@ def judge(adv_nofix: dict[float, Effect], adv_fix: dict[float, Effect],
     (c) with the fixes γ = 1 is ahead at the largest size: A_fix(N_max) > 0 (its own interval above 0).
 
     Differences of effects combine their half-widths as sqrt(h1² + h2²) (rules.difference). When the sizes'
-    tokens per parameter differ (max/min > 1.1) a note names the confound."""
+    tokens per parameter differ (max/min > 1.1) the verdict is inconclusive and a note names the confound; with
+    ``enough`` (the declared budget K) and the smallest tokens per parameter below it, "inconclusive — not reached at
+    this budget" (:func:`~smallinit.experiments.claims.rules.at_budget`; tokens per parameter unknown: a verdict
+    becomes inconclusive)."""
     sizes = sorted(set(adv_nofix) & set(adv_fix))
     if len(sizes) < 2:
-        return Verdict(INCONCLUSIVE, notes=["needs at least two model sizes"])
+        tpp = [x for x in (tokens_per_param or {}).values() if is_finite(x)]
+        return at_budget(Verdict(INCONCLUSIVE, notes=["needs at least two model sizes"]),
+                         min(tpp) if tpp else None, enough, "the runs")
     lo, hi = sizes[0], sizes[-1]
     shrink = difference("(a) without fixes: A(smallest) − A(largest)", adv_nofix[lo], adv_nofix[hi])
     trend_fix = difference("(info) with fixes: A(largest) − A(smallest)", adv_fix[hi], adv_fix[lo])
@@ -73,11 +82,17 @@ def judge(adv_nofix: dict[float, Effect], adv_fix: dict[float, Effect],
         if len(vals) >= 2 and min(vals) > 0 and max(vals) / min(vals) > 1.1:
             notes.append(f"width is confounded with tokens per parameter: {tpp.get(lo, vals[0]):.3g} at the smallest "
                          f"size to {tpp.get(hi, vals[-1]):.3g} at the largest (same tokens for every size), so a "
-                         "shrinking advantage may come from the shorter relative budget rather than from width")
+                         "shrinking advantage may come from the shorter relative budget rather than from width: "
+                         f"inconclusive (it would read '{v}'); widths are compared at equal tokens per parameter")
+            v = INCONCLUSIVE
     if ahead.verdict != SUPPORTED and shrink.verdict == SUPPORTED and removed.verdict == SUPPORTED:
         notes.append("the trend parts pass but γ = 1 is not ahead with the fixes at the largest size "
                      f"(A = {fmt(a_big.value)}): the trend alone does not support the claim")
-    return Verdict(v, [shrink, removed, ahead, trend_fix], nums, notes)
+    out = Verdict(v, [shrink, removed, ahead, trend_fix], nums, notes)
+    if enough is None:
+        return out
+    smallest = min(tpp.values()) if tpp and len(tpp) == len(sizes) else None
+    return at_budget(out, smallest, enough, "the smallest-budget size's runs")
 
 
 def analyse_crossovers(ctx: ClaimContext, extra: list[tuple[Any, dict[str, Any] | None]]) -> dict[str, Any]:
@@ -96,13 +111,14 @@ def analyse_crossovers(ctx: ClaimContext, extra: list[tuple[Any, dict[str, Any] 
         n = float(x["non_embedding_params"])
         tpp[n] = float(x["tokens_per_param"][-1])
         for setting in ("nofix", "fix"):
-            l05, l1 = ctx.final_losses(x, f"{setting}-0.5"), ctx.final_losses(x, f"{setting}-1")
+            _, l1, l05 = seed_pairs(ctx.final_losses_by_seed(x, f"{setting}-1"),
+                                    ctx.final_losses_by_seed(x, f"{setting}-0.5"))
             hw = ctx.crossover_noise_floor if min(len(l05), len(l1)) < 2 else None
             e = lower_is_better_effect(f"{xp.size} {setting}: L(γ=0.5) − L(γ=1) at D_max", l1, l05, hw)
             adv[setting][n] = e
             rows.append([xp.size, f"{n / 1e6:.2f}M", f"{tpp[n]:.3g}", setting, fmt(l05), fmt(l1), fmt(e.value),
                          fmt_ci(e)])
-    v = judge(adv["nofix"], adv["fix"], tpp)
+    v = judge(adv["nofix"], adv["fix"], tpp, ctx.p.enough)
     v.notes += notes
     plot = plot_advantage(ctx.out, "claim2_advantage.png", adv, title="Claim 2: advantage of γ = 1 vs size "
                           "(crossovers at equal tokens per parameter)")
@@ -126,24 +142,28 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     for z in ctx.p.shrink_sizes:
         cost = ctx.cost(roles[f"{z}/fix/1"])
         n = cost.get("non_embedding_params")
-        if n and cost.get("tokens"):
-            tpp[float(n)] = float(cost["tokens"]) / float(n)
+        if not n:
+            n = (planned_run_numbers(ctx.p, roles[f"{z}/fix/1"]) or (0, 0))[1]
+        # the smallest over the size's four arms (the gate adds parameters)
+        per_arm = [ctx.tokens_per_param(roles[f"{z}/{k}"]) for k in ("nofix/0.5", "nofix/1", "fix/0.5", "fix/1")]
+        if all(is_finite(x) for x in per_arm):
+            tpp[float(n)] = float(min(per_arm))
         for setting in ("nofix", "fix"):
             a05, a1 = roles[f"{z}/{setting}/0.5"], roles[f"{z}/{setting}/1"]
-            e = lower_is_better_effect(f"{z} {setting}: loss(γ=0.5) − loss(γ=1)", ctx.losses(a1), ctx.losses(a05),
-                                       ctx.loss_hw(a1, a05))
+            _, l1, l05 = seed_pairs(ctx.losses_by_seed(a1), ctx.losses_by_seed(a05))
+            e = lower_is_better_effect(f"{z} {setting}: loss(γ=0.5) − loss(γ=1)", l1, l05, ctx.loss_hw(a1, a05))
             adv[setting][float(n)] = e
             ratio = f"{tpp[float(n)]:.3g}" if float(n) in tpp else "—"
-            rows.append([z, f"{n / 1e6:.2f}M", ratio, setting, fmt(ctx.losses(a05)), fmt(ctx.losses(a1)),
-                         fmt(e.value), fmt_ci(e)])
-    v = judge(adv["nofix"], adv["fix"], tpp)
+            rows.append([z, f"{n / 1e6:.2f}M", ratio, setting, fmt(l05), fmt(l1), fmt(e.value), fmt_ci(e)])
+    v = judge(adv["nofix"], adv["fix"], tpp, ctx.p.enough)
     plot = plot_advantage(ctx.out, "claim2_advantage.png", adv, title="Claim 2: advantage of γ = 1 vs size")
     table = {"title": "advantage A = loss(γ=0.5) − loss(γ=1) by size",
              "columns": ["size", "non-emb params", "tokens/param", "setting", "loss γ=0.5", "loss γ=1", "A",
                          "interval"], "rows": rows}
-    measured = ("advantage of γ = 1 over γ = 0.5 (final val loss difference) at each size, without the fixes "
-                "(ε = 1e-5, no gate) and with them (ε = 1e-12, elementwise gate); supported needs the shrinkage "
-                "without fixes, its removal with them, and γ = 1 ahead with the fixes at the largest size")
+    measured = ("advantage of γ = 1 over γ = 0.5 (final val loss difference, seed-paired) at each size, without the "
+                "fixes (ε = 1e-5, no gate) and with them (ε = 1e-12, elementwise gate); supported needs the shrinkage "
+                "without fixes, its removal with them, and γ = 1 ahead with the fixes at the largest size, at equal "
+                f"tokens per parameter and at the declared budget of {ctx.p.enough:g} tokens per parameter")
     return ctx.result(measured, v, plots=[plot], tables=[table], runs=ctx.names(*roles.values()))
 
 

@@ -1,39 +1,136 @@
-"""Claim 3: under γ = 1, ε = 1e-5 saturates RMSNorm (ms/(ms+ε) well below 1) and costs loss; ε = 1e-12 restores
-both. Arms at the main size, elementwise gate both: ε = 1e-5 ("eps_large") and ε = 1e-12 ("eps_small")."""
+"""Claim 3: under γ = 1, ε = 1e-5 saturates RMSNorm (the normalization is ε-dominated) and costs loss; ε = 1e-12
+restores both. Arms at the main size, elementwise gate both: ε = 1e-5 ("eps_large") and ε = 1e-12 ("eps_small").
+
+Rule (:func:`judge`). Saturation s = ms/(ms + ε) of a norm's input (DESIGN.md §2); s ≤ 0.5 means ε ≥ ms: the norm
+is **ε-dominated**. Per run, s_min(t) = the lowest saturation over all norms at probed step t, and S = its
+**time average** over training, Σ_t w_t·s_min(t) / Σ_t w_t with trapezoid weights w_t over the probed steps (so the
+log-spaced early probes do not outweigh the rest of the run). Parts:
+
+(a) ε = 1e-5 saturates: 0.5 − S(ε=1e-5) > 0 — a threshold the data can fail (the old part (a) compared
+    ms/(ms + 1e-12) with ms/(ms + 1e-5), which is larger for every ms > 0: it passed by construction). Interval:
+    k ≥ 2 seeds, a 95% t-interval over the seeds' values; one seed, a bootstrap over the probed steps (time-weighted),
+    which holds the within-run variation only — a note says so;
+(b) it costs loss: loss(ε=1e-5) − loss(ε=1e-12) > 0, seed-paired
+    (:func:`~smallinit.experiments.claims.rules.lower_is_better_effect`), and judged at the declared budget: from
+    runs below ``Preset.enough`` tokens per non-embedding parameter this part is "inconclusive — not reached at this
+    budget" (:func:`~smallinit.experiments.claims.rules.at_budget`).
+
+The claim is supported when both parts are (rules.combine). S(ε = 1e-12) is reported beside them, not judged: it is
+≈ 1 whenever ms ≫ 1e-12, by construction.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import math
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from smallinit.experiments.claims.context import ClaimContext
+from smallinit.experiments.claims.context import ClaimContext, fmt
 from smallinit.experiments.claims.plots import plot_probe_series
-from smallinit.experiments.claims.rules import Effect, Verdict, combine, lower_is_better_effect, paired_effect
+from smallinit.experiments.claims.rules import (Effect, Verdict, at_budget, combine, interval_effect, is_finite,
+                                                lower_is_better_effect, seed_pairs)
 from smallinit.experiments.presets import PAPER, Arm, Preset, arm
+from smallinit.rundir import summarize_probe_record
 
 ID = 3
 CLAIM = "ε = 1e-5 saturates RMSNorm under γ = 1 and costs loss; ε = 1e-12 restores both."
+
+THRESHOLD = 0.5
+"""A norm is ε-dominated when its saturation ms/(ms + ε) ≤ this (ε ≥ ms)."""
+
+Series = tuple[Sequence[float], Sequence[float]]
+"""(probed steps, the lowest saturation over all norms at each)."""
 
 
 def arms(p: Preset) -> dict[str, Arm]:
     return {"eps_large": arm(p.main_size, (1.0, 1e-5, "elementwise")), "eps_small": arm(p.main_size, PAPER)}
 
 
-def judge(sat_eps_large: Sequence[float], sat_eps_small: Sequence[float], loss_effect: Effect) -> Verdict:
-    """Claim 3. sat_* = RMSNorm saturation per norm (averaged over training), same norms in the same order,
-    under γ = 1 with ε = 1e-5 (large) and ε = 1e-12 (small). Parts: (a) saturation is higher with ε = 1e-12,
-    paired bootstrap over norms; (b) loss_effect = loss(ε=1e-5) − loss(ε=1e-12) > 0."""
-    sat = paired_effect("(a) saturation(ε=1e-12) − saturation(ε=1e-5)", sat_eps_small, sat_eps_large, "norms")
-    loss_effect = Effect("(b) " + loss_effect.label, loss_effect.value, loss_effect.lo, loss_effect.hi, loss_effect.noise)
-    nums = {"saturation_eps_1e-5_mean": float(np.mean(sat_eps_large)) if len(sat_eps_large) else None,
-            "saturation_eps_1e-5_min": float(np.min(sat_eps_large)) if len(sat_eps_large) else None,
-            "saturation_eps_1e-12_mean": float(np.mean(sat_eps_small)) if len(sat_eps_small) else None}
-    return Verdict(combine([sat.verdict, loss_effect.verdict]), [sat, loss_effect], nums)
+def min_saturation_series(records: list[dict[str, Any]]) -> Series:
+    """(steps, lowest saturation over every norm at that step) of one run's probe records."""
+    pts = [(float(r["step"]), summarize_probe_record(r).get("saturation_min")) for r in records if "step" in r]
+    pts = [(t, v) for t, v in pts if is_finite(v)]
+    return [t for t, _ in pts], [float(v) for _, v in pts]
+
+
+def time_weights(steps: Sequence[float]) -> np.ndarray:
+    """Trapezoid weights of the probed steps: w_i = (t_{i+1} − t_{i−1}) / 2 (half intervals at the ends); equal
+    weights when the steps span no time."""
+    t = np.asarray(steps, dtype=np.float64)
+    if t.size < 2 or t[-1] <= t[0]:
+        return np.ones(t.size)
+    w = np.zeros(t.size)
+    d = np.diff(t)
+    w[:-1] += d / 2
+    w[1:] += d / 2
+    return w
+
+
+def time_mean(series: Series) -> float:
+    """The time average of a series over training (:func:`time_weights`); NaN when empty."""
+    steps, vals = series
+    if not len(vals):
+        return math.nan
+    w = time_weights(steps)
+    return float(np.sum(w * np.asarray(vals)) / np.sum(w))
+
+
+def _boot_time_mean(series: Series, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile 95% interval of the time average, probed steps resampled with probability ∝ their weight."""
+    steps, vals = series
+    v = np.asarray(vals, dtype=np.float64)
+    w = time_weights(steps)
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(v.size, size=(n_boot, v.size), p=w / w.sum())
+    means = v[idx].mean(axis=1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def _as_seeds(x: Mapping[int, Series] | Series) -> dict[int, Series]:
+    return dict(x) if isinstance(x, Mapping) else {0: x}
+
+
+def judge(sat_eps_large: Mapping[int, Series] | Series, sat_eps_small: Mapping[int, Series] | Series,
+          loss_effect: Effect, tokens_per_param: float | None = None, enough: float | None = None,
+          threshold: float = THRESHOLD) -> Verdict:
+    """Claim 3. ``sat_*`` = {seed: (steps, lowest saturation over the norms at each probed step)} (or one such pair)
+    under γ = 1 with ε = 1e-5 (large) and ε = 1e-12 (small); ``loss_effect`` = loss(ε=1e-5) − loss(ε=1e-12) with its
+    interval; ``tokens_per_param`` / ``enough`` = the runs' budget and the declared one (None: not checked). Parts
+    (a) 0.5 − S(ε=1e-5) > 0 and (b) the loss effect at the declared budget, as in the module docstring."""
+    large = {s: v for s, v in _as_seeds(sat_eps_large).items() if len(v[1])}
+    small = {s: v for s, v in _as_seeds(sat_eps_small).items() if len(v[1])}
+    S = {s: time_mean(v) for s, v in large.items()}
+    label = f"(a) ε-dominated: {threshold:g} − time-averaged lowest saturation (ε=1e-5)"
+    notes = []
+    if not S:
+        a = Effect(label, None, noise="no saturation probes")
+    elif len(S) >= 2:
+        from smallinit.stats import t_quantile
+
+        d = np.array([threshold - x for x in S.values()])
+        half = t_quantile(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+        a = interval_effect(label, float(d.mean()), half, f"95% t-interval over {len(d)} seeds")
+    else:
+        (s0, series), = large.items()
+        lo, hi = _boot_time_mean(series)
+        a = Effect(label, threshold - S[s0], threshold - hi, threshold - lo,
+                   "one seed: bootstrap over probed steps (time-weighted; within-run variation only)")
+        notes.append("one seed of the ε = 1e-5 arm: part (a)'s interval holds the variation over training only, "
+                     "not over seeds")
+    b = Effect("(b) " + loss_effect.label, loss_effect.value, loss_effect.lo, loss_effect.hi, loss_effect.noise)
+    vb = at_budget(Verdict(b.verdict, [b]), tokens_per_param, enough, "the runs")
+    notes += vb.notes
+    nums = {"saturation_eps_1e-5_time_mean": float(np.mean(list(S.values()))) if S else None,
+            "saturation_eps_1e-12_time_mean": (float(np.mean([time_mean(v) for v in small.values()]))
+                                               if small else None),
+            "threshold": threshold, "loss_part": vb.verdict,
+            **{k: vb.numbers[k] for k in ("budget_tokens_per_param", "declared_tokens_per_param") if k in vb.numbers}}
+    return Verdict(combine([a.verdict, vb.verdict]), [a, b], nums, notes)
 
 
 def norm_saturations(records: list[dict[str, Any]]) -> dict[str, float]:
-    """{norm name: saturation averaged over the probed steps}."""
+    """{norm name: saturation averaged over the probed steps} (the per-norm table)."""
     acc: dict[str, list[float]] = {}
     for rec in records:
         for l in rec.get("layers") or []:
@@ -49,16 +146,25 @@ def norm_saturations(records: list[dict[str, Any]]) -> dict[str, float]:
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
     big, small = ctx.roles["eps_large"], ctx.roles["eps_small"]
+    sat_big = {s: min_saturation_series(r) for s, r in ctx.probes_by_seed(big).items()}
+    sat_small = {s: min_saturation_series(r) for s, r in ctx.probes_by_seed(small).items()}
+    _, l_small, l_big = seed_pairs(ctx.losses_by_seed(small), ctx.losses_by_seed(big))
+    loss = lower_is_better_effect("val loss: ε=1e-5 − ε=1e-12 (γ=1)", l_small, l_big, ctx.loss_hw(small, big))
+    v = judge(sat_big, sat_small, loss, ctx.budget(big, small), ctx.p.enough)
     pb, ps = ctx.probes(big), ctx.probes(small)
     sb, ss = norm_saturations(pb), norm_saturations(ps)
     names = [n for n in sb if n in ss]
-    loss = lower_is_better_effect("val loss: ε=1e-5 − ε=1e-12 (γ=1)", ctx.losses(small), ctx.losses(big),
-                                  ctx.loss_hw(small, big))
-    v = judge([sb[n] for n in names], [ss[n] for n in names], loss)
     plot = plot_probe_series(ctx.out, "claim3_saturation.png", {"ε=1e-5": pb, "ε=1e-12": ps},
                              "saturation_min", "lowest RMSNorm saturation", title="Claim 3: RMSNorm saturation (γ = 1)")
-    table = {"title": "RMSNorm saturation ms/(ms+ε), averaged over training, per norm",
-             "columns": ["norm", "ε = 1e-5", "ε = 1e-12"], "rows": [[n, f"{sb[n]:.3f}", f"{ss[n]:.3f}"] for n in names]}
-    measured = ("RMSNorm saturation s = ms/(ms+ε) of every norm input, averaged over probed steps, and final val loss, "
-                "under γ = 1 with ε = 1e-5 vs ε = 1e-12 (elementwise gate both)")
-    return ctx.result(measured, v, plots=[plot], tables=[table], runs=ctx.names(big, small))
+    tables = [{"title": "RMSNorm saturation ms/(ms+ε) per norm, mean over the probed steps (seed 0)",
+               "columns": ["norm", "ε = 1e-5", "ε = 1e-12"],
+               "rows": [[n, f"{sb[n]:.3f}", f"{ss[n]:.3f}"] for n in names]},
+              {"title": "time-averaged lowest saturation per seed (≤ 0.5: ε-dominated)",
+               "columns": ["seed", "ε = 1e-5", "ε = 1e-12"],
+               "rows": [[s, fmt(time_mean(sat_big[s])) if s in sat_big else "—",
+                         fmt(time_mean(sat_small[s])) if s in sat_small else "—"]
+                        for s in sorted(set(sat_big) | set(sat_small))]}]
+    measured = ("lowest RMSNorm saturation s = ms/(ms+ε) over all norms at each probed step, time-averaged over "
+                "training, against the ε-dominated threshold 0.5, and final val loss (judged at the declared budget of "
+                f"{ctx.p.enough:g} tokens per parameter), under γ = 1 with ε = 1e-5 vs ε = 1e-12 (elementwise gate both)")
+    return ctx.result(measured, v, plots=[plot], tables=tables, runs=ctx.names(big, small))

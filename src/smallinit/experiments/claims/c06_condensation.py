@@ -1,45 +1,47 @@
 """Claim 6: under γ = 1 weight matrices condense (stable rank ||W||_F²/||W||_2² drops) and then expand again; under
-γ = 0.5 much less. Arms at the probe size, ε = 1e-12, no gate: γ = 1 ("small") and γ = 0.5 ("std").
+γ = 0.5 much less. Arms at the probe size, ε = 1e-12, no gate: γ = 1 ("small") and γ = 0.5 ("std"), **trained at the
+same learning rate** (:meth:`~smallinit.experiments.claims.context.ClaimContext.common_lr`: the γ = 1 arm's chosen
+rate, at which the γ = 0.5 arm also ran seed 0) — a pair that differs in γ only.
 
 Rule (:func:`judge`, statistics from :func:`condensation_stats`), per block matrix with stable rank r(t) at the
-probed steps:
+steps probed in both arms (the training probes add the log-spaced early steps 1, 2, 5, 10, 20, 50, … below
+``probe.every``, :func:`smallinit.probes.training.early_probe_steps`, so the first updates are seen):
 
-- reference step t_ref = the first probed step after step 0 (K = that step: condensation is measured *after* the
-  first K steps, not from init). Under AdamW the first updates are ≈ lr per entry whatever the init, so with
-  σ = 1/d the stable rank of any small-init matrix collapses within a few steps — a drop "from init" is nearly
-  guaranteed for γ = 1 and says nothing about training dynamics. Starting at t_ref compares like with like;
-- t_mid = the probed step strictly between t_ref and the last step t_end that is nearest the middle of training
-  (t_end / 2);
-- condensation = log r(t_ref) − log r(t_mid);  expansion = log r(t_end) − log r(t_mid).
+- t_end = the last common step; t_c = the common step strictly between 0 and t_end nearest, in log-steps, to
+  √(t_1 · t_end) (t_1 = the first common step after 0): the middle of the run on the log-step axis, fixed by the
+  schedule before any stable rank is read (never the minimum of the data, which would make the expansion ≥ 0 by
+  construction);
+- condensation c = log r(0) − log r(t_c), measured **from step 0**;  expansion x = log r(t_end) − log r(t_c)
+  (signed: a monotone decrease gives x < 0, a flat trajectory x ≈ 0).
 
-The expansion is *signed*: a monotone decreasing trajectory gives expansion < 0 and a flat one ≈ 0, so no
-monotone trajectory can pass it (the old "rebound" r_end / r_min − 1 was ≥ 0 by construction and was compared
-against a baseline whose rebound was 0 by construction). Parts, each with a bootstrap 95% interval over matrices
-(:func:`~smallinit.experiments.claims.rules.paired_effect`, paired by matrix name where two arms are compared):
+AdamW's first updates are ≈ lr per entry whatever the init, so any matrix's stable rank moves in the first steps;
+the control for that is the **same matrix under γ = 0.5 at the same steps and the same learning rate**: part (a)
+is the drop under γ = 1 beyond the drop under γ = 0.5. Parts:
 
-(a) condensation(γ=1) − condensation(γ=0.5) > 0;
-(b) expansion(γ=1) > 0;
-(c) expansion(γ=1) − expansion(γ=0.5) > 0 — the null is the same statistic on the other arm.
+(a) c(γ=1) − c(γ=0.5) > 0;   (b) x(γ=1) > 0;   (c) x(γ=1) − x(γ=0.5) > 0.
 
-Supported when all three are, not supported when any is below 0 (rules.combine). The issue also asked for a null
-on a resampled probe batch: it does not apply here — stable rank (like the condensation index, mean |cos| between
-rows) is a function of the weights alone, so a different probe batch cannot change it; the only noise is across
-matrices (and seeds, when a preset runs several).
+Noise: with k ≥ 2 seeds in both arms each statistic is averaged over matrices per seed and the part is a 95%
+t-interval over the k seed-paired values (:func:`~smallinit.experiments.claims.rules.seed_paired_effect`; seeds
+paired by number); with one seed, a bootstrap 95% interval over matrices paired by name (matrices of one run share
+its training noise, so this interval is a lower bound of the noise — the notes say so). Supported when all three
+parts are, not supported when any is below 0 (rules.combine). Stable rank is a function of the weights alone, so
+there is no probe-batch noise to add.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from smallinit.experiments.claims.context import ClaimContext
+from smallinit.experiments.claims.context import ClaimContext, fmt_lr
 from smallinit.experiments.claims.plots import plot_probe_series, pyplot, save
 from smallinit.figures import finish_axes
-from smallinit.rundir import read_probes
-from smallinit.experiments.claims.rules import INCONCLUSIVE, Verdict, is_finite, combine, paired_effect
+from smallinit.rundir import config_get, read_config, read_probes
+from smallinit.experiments.claims.rules import (INCONCLUSIVE, Verdict, is_finite, combine, paired_effect,
+                                                seed_paired_effect)
 from smallinit.experiments.presets import Arm, Preset, arm
 
 ID = 6
@@ -47,13 +49,15 @@ CLAIM = "Weights condense (stable rank drops) then expand under γ = 1, not unde
 
 
 CROSSOVER_PAIR = ("paper", "gamma-only")
-"""With a crossover that has both arms and probes on, the claim reads their trunks: γ = 1 vs γ = 0.5, both with
-ε = 1e-12 and the gate — the pair differs in γ only, and trains D tokens instead of a short run."""
+"""With a crossover that has both arms, probes on and **one learning rate for every arm** (no per-arm tuning), the
+claim reads their trunks: γ = 1 vs γ = 0.5, both with ε = 1e-12 and the gate, at the same rate — the pair differs
+in γ only, and trains D tokens instead of a short run. A crossover that tunes each arm's rate (``lrs``) trains the
+pair at different rates (1e-3 vs 3e-3 in a ``cpu`` run): the claim then trains its own pair of short runs."""
 
 
 def uses_crossover(p: Preset) -> bool:
     x = p.crossover
-    return (x is not None and 1 in p.claims and all(a in x.arms for a in CROSSOVER_PAIR)
+    return (x is not None and 1 in p.claims and all(a in x.arms for a in CROSSOVER_PAIR) and not x.lrs
             and int(x.overrides.get("probe.every", p.base.get("probe", {}).get("every", 0)) or 0) > 0)
 
 
@@ -74,59 +78,119 @@ def trajectory_stats(srank: Sequence[float]) -> dict[str, float]:
     return {"drop": 1 - m / r[0], "rebound": r[-1] / m - 1}
 
 
-def condensation_stats(steps: Sequence[float], srank: Sequence[float]) -> dict[str, float]:
-    """One matrix's trajectory r(t) at ``steps`` (aligned; non-finite or non-positive ranks dropped) →
-    t_ref = first step > 0, t_end = last step, t_mid = the step in (t_ref, t_end) nearest t_end / 2 (the earlier on a
-    tie); condensation = log r(t_ref) − log r(t_mid), expansion = log r(t_end) − log r(t_mid). NaN when fewer than
-    three usable steps after step 0."""
-    pts = sorted((float(t), float(x)) for t, x in zip(steps, srank) if is_finite(x) and x > 0 and is_finite(t))
-    after = [(t, x) for t, x in pts if t > 0]
+def reference_steps(steps: Sequence[float]) -> tuple[float, float, float] | None:
+    """(0, t_c, t_end) of a probe schedule: t_end = the last step, t_c = the step strictly between 0 and t_end
+    nearest √(t_1·t_end) in log-steps (t_1 = the first step after 0; the earlier on a tie). None when the schedule
+    lacks step 0 or has fewer than three steps after it."""
+    st = sorted({float(t) for t in steps if is_finite(t) and t >= 0})
+    after = [t for t in st if t > 0]
+    if not st or st[0] != 0 or len(after) < 3:
+        return None
+    t1, t_end = after[0], after[-1]
+    mid = 0.5 * (math.log(t1) + math.log(t_end))
+    t_c = min(after[:-1], key=lambda t: (abs(math.log(t) - mid), t))
+    return 0.0, t_c, t_end
+
+
+def condensation_stats(steps: Sequence[float], srank: Sequence[float],
+                       ref: tuple[float, float, float] | None = None) -> dict[str, float]:
+    """One matrix's trajectory r(t) at ``steps`` (aligned) → condensation = log r(0) − log r(t_c) and expansion =
+    log r(t_end) − log r(t_c), at ``ref`` = (0, t_c, t_end) (default :func:`reference_steps` of ``steps``). NaN when
+    a reference step is missing, or its rank is non-finite or ≤ 0."""
+    r = {float(t): float(x) for t, x in zip(steps, srank) if is_finite(t) and is_finite(x) and x > 0}
+    ref = ref if ref is not None else reference_steps(steps)
     nan = {"condensation": math.nan, "expansion": math.nan, "ref_step": math.nan, "mid_step": math.nan,
            "end_step": math.nan}
-    if len(after) < 3:
+    if ref is None or any(t not in r for t in ref):
         return nan
-    (t_ref, r_ref), (t_end, r_end) = after[0], after[-1]
-    inner = after[1:-1]
-    t_mid, r_mid = min(inner, key=lambda p: abs(p[0] - t_end / 2))
-    return {"condensation": math.log(r_ref) - math.log(r_mid), "expansion": math.log(r_end) - math.log(r_mid),
-            "ref_step": t_ref, "mid_step": t_mid, "end_step": t_end}
+    t0, t_c, t_end = ref
+    return {"condensation": math.log(r[t0]) - math.log(r[t_c]), "expansion": math.log(r[t_end]) - math.log(r[t_c]),
+            "ref_step": t0, "mid_step": t_c, "end_step": t_end}
 
 
-def judge(small: dict[str, Sequence[float]], std: dict[str, Sequence[float]],
-          steps_small: Sequence[float] | None = None, steps_std: Sequence[float] | None = None) -> Verdict:
-    """Claim 6. {matrix name: stable rank at each probed step} for γ = 1 (small) and γ = 0.5 (std), same
-    architecture; ``steps_*`` = the probed steps the values are aligned with (default 0, 1, 2, …). With
-    c = condensation and x = expansion from :func:`condensation_stats` (signed logs, measured after the first probe
-    step), the parts (bootstrap 95% over matrices) are (a) c(γ=1) − c(γ=0.5) > 0, (b) x(γ=1) > 0 and
-    (c) x(γ=1) − x(γ=0.5) > 0; supported when all are (see the module docstring for why)."""
-    names = [n for n in small if n in std]
-    if not names:
-        return Verdict(INCONCLUSIVE, notes=["no common matrices with stable-rank trajectories"])
+Trajectories = Mapping[str, Sequence[float]]
+"""{matrix name: stable rank at each probed step}."""
 
-    def stats(series: dict[str, Sequence[float]], steps: Sequence[float] | None) -> dict[str, dict[str, float]]:
-        return {n: condensation_stats(steps if steps is not None else range(len(series[n])), series[n])
-                for n in names}
 
-    s, t = stats(small, steps_small), stats(std, steps_std)
-    cs, ct = [s[n]["condensation"] for n in names], [t[n]["condensation"] for n in names]
-    xs, xt = [s[n]["expansion"] for n in names], [t[n]["expansion"] for n in names]
-    a = paired_effect("(a) condensation log r(ref) − log r(mid): γ=1 − γ=0.5", cs, ct, "matrices")
-    b = paired_effect("(b) expansion log r(end) − log r(mid) under γ=1", xs, [0.0] * len(xs), "matrices")
-    c = paired_effect("(c) expansion: γ=1 − γ=0.5 (null: the other arm)", xs, xt, "matrices")
+def _as_seeds(x: Any) -> dict[int, Any]:
+    """One run ({matrix: ranks}) → {0: it}; already {seed: ...} → itself."""
+    if x and all(isinstance(k, int) for k in x):
+        return dict(x)
+    return {0: x}
+
+
+def judge(small: Trajectories | Mapping[int, Trajectories], std: Trajectories | Mapping[int, Trajectories],
+          steps_small: Sequence[float] | Mapping[int, Sequence[float]] | None = None,
+          steps_std: Sequence[float] | Mapping[int, Sequence[float]] | None = None) -> Verdict:
+    """Claim 6. Stable-rank trajectories of the γ = 1 (``small``) and γ = 0.5 (``std``) arms, same architecture and
+    learning rate: one run each ({matrix: ranks}) or several ({seed: {matrix: ranks}}, paired by seed);
+    ``steps_*`` = the probed steps the ranks are aligned with (one list, or {seed: list}; default 0, 1, 2, …). The
+    reference steps (0, t_c, t_end) come from the steps both arms probed (:func:`reference_steps`); parts (a)–(c)
+    and their noise as in the module docstring."""
+    S, T = _as_seeds(small), _as_seeds(std)
+
+    def steps_of(steps: Any, seed: int, series: Trajectories) -> list[float]:
+        if steps is None:
+            return list(range(max((len(v) for v in series.values()), default=0)))
+        st = steps.get(seed) if isinstance(steps, Mapping) else steps
+        return [float(t) for t in st] if st is not None else []
+
+    per_seed: dict[int, dict[str, dict[str, dict[str, float]]]] = {}
+    refs = {}
+    for seed in sorted(set(S) & set(T)):
+        names = [n for n in S[seed] if n in T[seed]]
+        ss, ts = steps_of(steps_small, seed, S[seed]), steps_of(steps_std, seed, T[seed])
+        ref = reference_steps(sorted(set(ss) & set(ts)))
+        if not names or ref is None:
+            continue
+        refs[seed] = ref
+        per_seed[seed] = {"small": {n: condensation_stats(ss, S[seed][n], ref) for n in names},
+                          "std": {n: condensation_stats(ts, T[seed][n], ref) for n in names}}
+    if not per_seed:
+        return Verdict(INCONCLUSIVE, notes=["no seed with common matrices and ≥ 3 commonly probed steps after step 0 "
+                                            "(and step 0 itself)"])
 
     def mean(v: list[float]) -> float | None:
         f = [x for x in v if is_finite(x)]
         return float(np.mean(f)) if f else None
 
-    first = next(iter(s.values()))
-    nums = {"condensation_gamma1": mean(cs), "condensation_gamma0.5": mean(ct), "expansion_gamma1": mean(xs),
-            "expansion_gamma0.5": mean(xt), "matrices": len(names),
-            "steps_gamma1": {k: first[k] for k in ("ref_step", "mid_step", "end_step")}}
-    notes = []
-    if not any(is_finite(x) for x in xs + xt):
-        notes.append("fewer than three probed steps after step 0: condensation and expansion undefined")
-    return Verdict(combine([a.verdict, b.verdict, c.verdict]), [a, b, c], nums, notes)
+    def col(seed: int, arm_: str, key: str) -> list[float]:
+        d = per_seed[seed][arm_]
+        return [d[n][key] for n in d]
 
+    labels = ("(a) condensation log r(0) − log r(t_c): γ=1 − γ=0.5 at the same steps",
+              "(b) expansion log r(t_end) − log r(t_c) under γ=1",
+              "(c) expansion: γ=1 − γ=0.5 (null: the other arm)")
+    notes = []
+    seeds = sorted(per_seed)
+    if len(seeds) >= 2:
+        m = {(s, a_, k): mean(col(s, a_, k)) for s in seeds for a_ in ("small", "std")
+             for k in ("condensation", "expansion")}
+
+        def sv(a_: str, k: str) -> dict[int, float]:
+            return {s: m[(s, a_, k)] for s in seeds if m[(s, a_, k)] is not None}
+
+        a = seed_paired_effect(labels[0], sv("small", "condensation"), sv("std", "condensation"))
+        b = seed_paired_effect(labels[1], sv("small", "expansion"), {s: 0.0 for s in seeds})
+        c = seed_paired_effect(labels[2], sv("small", "expansion"), sv("std", "expansion"))
+    else:
+        s0 = seeds[0]
+        xs = col(s0, "small", "expansion")
+        a = paired_effect(labels[0], col(s0, "small", "condensation"), col(s0, "std", "condensation"), "matrices")
+        b = paired_effect(labels[1], xs, [0.0] * len(xs), "matrices")
+        c = paired_effect(labels[2], xs, col(s0, "std", "expansion"), "matrices")
+        notes.append("one seed: the intervals are a bootstrap over the matrices of one run, which share its training "
+                     "noise — a lower bound of the noise; ≥ 2 seeds give a t-interval over seeds")
+    every = {(a_, k): [x for s in seeds for x in col(s, a_, k)] for a_ in ("small", "std")
+             for k in ("condensation", "expansion")}
+    ref = refs[seeds[0]]
+    nums = {"condensation_gamma1": mean(every[("small", "condensation")]),
+            "condensation_gamma0.5": mean(every[("std", "condensation")]),
+            "expansion_gamma1": mean(every[("small", "expansion")]),
+            "expansion_gamma0.5": mean(every[("std", "expansion")]),
+            "matrices": len(per_seed[seeds[0]]["small"]), "seeds": seeds,
+            "steps_gamma1": {"ref_step": ref[0], "mid_step": ref[1], "end_step": ref[2]}}
+    return Verdict(combine([a.verdict, b.verdict, c.verdict]), [a, b, c], nums, notes)
 
 def srank_series(records: list[dict[str, Any]]) -> dict[str, list[float]]:
     """{block matrix name: its stable rank at each probed step}."""
@@ -148,35 +212,70 @@ def srank_table(records: list[dict[str, Any]]) -> tuple[list[float], dict[str, l
     return steps, out
 
 
+def run_lr(rd: Path) -> float | None:
+    """The learning rate a run trained at (its config.yaml's optim.lr; None when unreadable)."""
+    try:
+        v = config_get(read_config(rd), "optim.lr")
+    except Exception:  # noqa: BLE001 - a missing or damaged config: the rate is unknown
+        return None
+    return float(v) if is_finite(v) else None
+
+
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
+    notes: list[str] = []
     if uses_crossover(ctx.p):
-        trunks = [ctx.crossover_trunk(a) for a in CROSSOVER_PAIR]
-        if None in trunks:
+        seeds = range(ctx.p.crossover.seeds)
+        trunks = {a: {s: rd for s in seeds if (rd := ctx.crossover_trunk(a, s)) is not None} for a in CROSSOVER_PAIR}
+        common = sorted(set(trunks["paper"]) & set(trunks["gamma-only"]))
+        if not common:
             return ctx.result("stable rank over the crossover's trunks", None,
                               notes=["the crossover's paper and γ-only trunks did not finish"])
-        dirs = {"γ=1": [trunks[0]], "γ=0.5": [trunks[1]]}
-        ps, pt = read_probes(trunks[0]), read_probes(trunks[1])
-        arms_words = (f"the crossover's trunks, paper (γ = 1) vs γ-only (γ = 0.5), both ε = 1e-12 with the gate, seed 0, "
-                      f"constant rate to {ctx.crossover_trunk_tokens():,} tokens")
-        runs = [f"crossover/runs/{a}/seed0/trunk" for a in CROSSOVER_PAIR]
+        lrs = {run_lr(trunks[a][s]) for a in CROSSOVER_PAIR for s in common}
+        if len(lrs) != 1 or None in lrs:
+            return ctx.result("stable rank over the crossover's trunks", None, notes=[
+                f"the trunks trained at different or unknown learning rates ({', '.join(map(str, sorted(lrs, key=str)))}):"
+                " condensation is compared only between arms at the same rate"])
+        lr = lrs.pop()
+        run_dirs = {"small": {s: trunks["paper"][s] for s in common}, "std": {s: trunks["gamma-only"][s] for s in common}}
+        arms_words = (f"the crossover's trunks, paper (γ = 1) vs γ-only (γ = 0.5), both ε = 1e-12 with the gate, "
+                      f"constant rate {fmt_lr(lr)} for both, to {ctx.crossover_trunk_tokens():,} tokens")
+        runs = [f"crossover/runs/{a}/seed{s}/trunk" for a in CROSSOVER_PAIR for s in common]
     else:
         small, std = ctx.roles["small"], ctx.roles["std"]
-        ps, pt = ctx.probes(small), ctx.probes(std)
-        dirs = {"γ=1": ctx.runs(small), "γ=0.5": ctx.runs(std)}
-        arms_words = "γ = 1 vs γ = 0.5 (ε = 1e-12, no gate)"
-        runs = ctx.names(small, std)
-    (steps_s, ss), (steps_t, st) = srank_table(ps), srank_table(pt)
-    v = judge(ss, st, steps_s, steps_t)
+        lr = ctx.common_lr(small, std)
+        if lr is None:
+            return ctx.result("stable rank, γ = 1 vs γ = 0.5", None,
+                              notes=["no learning rate at which both arms finished a run"])
+        a_s, a_t = ctx.runs_by_seed(small, lr), ctx.runs_by_seed(std, lr)
+        common = sorted(set(a_s) & set(a_t))
+        run_dirs = {"small": {s: a_s[s] for s in common}, "std": {s: a_t[s] for s in common}}
+        if ctx.chosen.get(small.key) != ctx.chosen.get(std.key):
+            notes.append(f"the arms' own chosen rates differ ({fmt_lr(ctx.chosen.get(small.key) or math.nan)} vs "
+                         f"{fmt_lr(ctx.chosen.get(std.key) or math.nan)}): both are read at {fmt_lr(lr)}, the seeds "
+                         "both ran there")
+        arms_words = f"γ = 1 vs γ = 0.5 (ε = 1e-12, no gate), both at learning rate {fmt_lr(lr)}"
+        runs = [rd.name for d in run_dirs.values() for rd in d.values()]
+    recs = {a_: {s: read_probes(rd) for s, rd in d.items()} for a_, d in run_dirs.items()}
+    tables = {a_: {s: srank_table(r) for s, r in d.items() if r} for a_, d in recs.items()}
+    v = judge({s: t[1] for s, t in tables["small"].items()}, {s: t[1] for s, t in tables["std"].items()},
+              {s: t[0] for s, t in tables["small"].items()}, {s: t[0] for s, t in tables["std"].items()})
+    v.notes += notes
+    s0 = common[0]
+    ps, pt = recs["small"].get(s0, []), recs["std"].get(s0, [])
     plots = [
         plot_srank(ctx.out, "claim6_srank.png", {"γ=1": ps, "γ=0.5": pt},
-                   title="Claim 6: stable rank / its initial value (mean over block matrices)"),
+                   title=f"Claim 6: stable rank / its initial value (mean over block matrices, seed {s0})"),
         plot_probe_series(ctx.out, "claim6_condensation.png", {"γ=1": ps, "γ=0.5": pt}, "cond_mean",
                           "condensation index (mean |cos| between rows)", title="Claim 6: condensation index"),
-        plot_heatmaps(ctx.out, "claim6_heatmaps.png", dirs),
+        plot_heatmaps(ctx.out, "claim6_heatmaps.png", {"γ=1": [run_dirs["small"][s0]], "γ=0.5": [run_dirs["std"][s0]]}),
     ]
-    measured = ("stable rank r = ||W||_F²/||W||_2² of every block matrix over training (probes); condensation = "
-                "log r(first probe after step 0) − log r(mid-training), expansion = log r(end) − log r(mid-training) "
-                f"(signed: negative for a monotone decrease), {arms_words}; bootstrap over matrices")
+    ref = v.numbers.get("steps_gamma1") or {}
+    at = (f" (t_c = {ref['mid_step']:g}, t_end = {ref['end_step']:g})"
+          if is_finite(ref.get("mid_step")) and is_finite(ref.get("end_step")) else "")
+    measured = ("stable rank r = ||W||_F²/||W||_2² of every block matrix over training (probes, log-spaced early "
+                "steps); condensation = log r(0) − log r(t_c), expansion = log r(t_end) − log r(t_c), t_c the middle "
+                f"of the run in log-steps{at}; condensation counts beyond the same matrix's drop under γ = 0.5 at the "
+                f"same steps; {arms_words}; {len(common)} seed(s), paired by seed")
     return ctx.result(measured, v, plots=plots, runs=runs)
 
 

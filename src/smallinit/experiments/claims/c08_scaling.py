@@ -1,20 +1,30 @@
-"""Claim 8: the paper's setting is worth more effective model size than the baseline (the paper: about +44%).
+"""Claim 8: the paper's setting is worth more effective model size than the baseline — the paper: about +44%.
 Arms: baseline and paper setting at every size of the preset's ``scaling_sizes`` (≥ 3).
 
-Rule (:func:`judge`). L(N) = E + A·N^(−α) is fitted to the baseline; the paper setting at the largest size N with
-loss L_v is worth N_eff = (A / (L_v − E))^(1/α), gain = N_eff / N − 1, with an interval from L_v ± its half-width.
-The gain decides (supported: interval above 0; not supported: below 0) only when the figure is an
-*interpolation* of a fit that was checked; the decisive figure is that of the largest variant size whose figure
-is not extrapolated (a gain > 0 at the largest baseline size always puts N_eff beyond the fitted range). The
-verdict is **inconclusive**, whatever the interval, when
+Rule (:func:`judge`). L(N) = E + A·N^(−α) is fitted to the baseline; the paper setting at size N with loss L_v is
+worth N_eff = (A / (L_v − E))^(1/α), and the figure reported is **gain = N_eff/N − 1**. Its 95% interval comes from a
+**bootstrap of the fit** (:func:`gain_bootstrap`): each draw refits the law to the fitted losses plus resampled
+residuals (scaled by √(n/(n − 3))) plus each baseline loss's own noise, moves L_v by its own noise (half-widths /
+1.96 as standard deviations), and reads the gain off the refitted law (L_v ≤ E: gain +∞); the interval is the
+2.5–97.5% percentiles of the draws. Parts, on the decisive figure:
+
+(a) gain > 0: the interval lies above 0;
+(b) compared with the paper's +44%: the upper end of the interval − 0.44 (< 0: the gain is reliably *smaller* than
+    the paper's, so "about 44%" is not supported even when γ = 1 helps).
+
+The claim is supported when both parts are (rules.combine). The decisive figure is that of the largest variant size
+whose figure is not extrapolated (a gain > 0 at the largest baseline size always puts N_eff beyond the fitted
+range). The verdict is **inconclusive**, whatever the interval, when
 
 - every figure is extrapolated: L_v outside the baseline's fitted loss range, or N_eff outside the fitted size
   range — the law is then trusted where no baseline point constrains it; or
 - the fit goes through exactly 3 sizes: three parameters through three points interpolate them exactly, so the
   functional form is never checked (≥ 4 sizes are needed for a verdict).
 
-The verdict's notes say which. (The ``cpu`` report once said "not supported" from a gain of −0.958 that was an
-extrapolation of a 3-point fit.) The table still shows every size's figure, marked "extrapolated" where it is.
+And it rests on final losses: from runs below the declared budget (``Preset.enough`` tokens per non-embedding
+parameter, the smallest over the sizes) it is "inconclusive — not reached at this budget"
+(:func:`~smallinit.experiments.claims.rules.at_budget`). The verdict's notes say which. The table still shows every
+size's figure, marked "extrapolated" where it is.
 """
 
 from __future__ import annotations
@@ -25,13 +35,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from smallinit.experiments.claims.context import ClaimContext, fmt, fmt_ci_pair
-from smallinit.experiments.claims.rules import INCONCLUSIVE, Effect, Verdict, is_finite
+from smallinit.experiments.claims.rules import INCONCLUSIVE, Effect, Verdict, at_budget, combine, is_finite
 from smallinit.experiments.presets import BASELINE, PAPER, Arm, Preset, arm
 from smallinit.figures import plot_scaling
 from smallinit.rundir import collect_run
 
 ID = 8
 CLAIM = "The paper's setting is worth more effective model size than the baseline (paper: ~44%)."
+PAPER_GAIN = 0.44
+"""The paper's effective-size gain of γ = 1 with both fixes."""
 
 
 def arms(p: Preset) -> dict[str, Arm]:
@@ -46,19 +58,58 @@ MIN_SIZES_FOR_VERDICT = 4
 """A fit through exactly 3 sizes interpolates them (3 parameters): it gives a figure but never a verdict."""
 
 
-def judge(baseline: Sequence[tuple[float, float]], variant: Sequence[tuple[float, float, float | None]],
-          paper_gain: float = 0.44) -> Verdict:
-    """Claim 8. baseline = [(N, L)] (≥ 3 sizes), variant = [(N, L, loss half-width)]. Fit L(N) = E + A·N^(−α)
-    to the baseline; for each variant, gain = N_eff/N − 1 with N_eff = (A / (L − E))^(1/α) and interval from
-    L ± half-width. The effect is the gain (> 0: the paper's setting is worth more parameters) at the largest
-    variant size whose figure is not extrapolated (L inside the fitted loss range and N_eff inside the fitted size
-    range). Inconclusive (never supported / not supported), with a note saying why, when every figure is
-    extrapolated or undefined, or the fit has fewer than :data:`MIN_SIZES_FOR_VERDICT` distinct sizes (3 sizes:
-    the fit interpolates, its form is unchecked)."""
+def gain_bootstrap(baseline: Sequence[tuple], n: float, loss: float, loss_hw: float | None, n_boot: int = 400,
+                   seed: int = 0) -> tuple[float, float] | None:
+    """95% percentile interval of gain = N_eff/N − 1 at size ``n`` and variant loss ``loss`` (half-width
+    ``loss_hw``) over ``n_boot`` refits of the baseline law (module docstring); baseline points are (N, L) or
+    (N, L, half-width). None when fewer than half of the draws give a fit."""
+    from smallinit.scaling import ScalingError, effective_size, fit_scaling_law, predict
+
+    N = np.asarray([float(b[0]) for b in baseline])
+    L = np.asarray([float(b[1]) for b in baseline])
+    sd_b = np.asarray([float(b[2]) / 1.96 if len(b) > 2 and is_finite(b[2]) else 0.0 for b in baseline])
+    sd_v = float(loss_hw) / 1.96 if is_finite(loss_hw) else 0.0
+    fit = fit_scaling_law(N, L)
+    fitted = np.asarray(predict(fit, N))
+    res = np.asarray(fit.residuals)
+    scale = math.sqrt(len(L) / (len(L) - 3)) if len(L) > 3 else 0.0
+    rng = np.random.default_rng(seed)
+    gains = []
+    for _ in range(n_boot):
+        Lb = fitted + scale * res[rng.integers(0, len(res), len(res))] + rng.normal(0.0, 1.0, len(L)) * sd_b
+        lv = loss + rng.normal(0.0, sd_v)
+        try:
+            f = fit_scaling_law(N, Lb)
+        except ScalingError:
+            continue
+        g = effective_size(f, n, lv).gain if lv > f.E else math.inf
+        gains.append(math.inf if g is None else g)
+    if len(gains) < n_boot / 2:
+        return None
+    q = np.quantile(np.asarray(gains), [0.025, 0.975], method="inverted_cdf")
+    return float(q[0]), float(q[1])
+
+
+def judge(baseline: Sequence[tuple], variant: Sequence[tuple[float, float, float | None]],
+          paper_gain: float = PAPER_GAIN, tokens_per_param: float | None = None, enough: float | None = None,
+          n_boot: int = 400) -> Verdict:
+    """Claim 8. baseline = [(N, L)] or [(N, L, loss half-width)] (≥ 3 sizes), variant = [(N, L, loss half-width)].
+    Fit L(N) = E + A·N^(−α) to the baseline; for each variant, gain = N_eff/N − 1 with N_eff = (A / (L − E))^(1/α)
+    and a 95% interval from the fit's bootstrap (:func:`gain_bootstrap`). The parts — (a) gain > 0, (b) the
+    interval's upper end ≥ ``paper_gain`` — are read at the largest variant size whose figure is not extrapolated (L
+    inside the fitted loss range and N_eff inside the fitted size range). Inconclusive (never supported / not
+    supported), with a note saying why, when every figure is extrapolated or undefined, or the fit has fewer than
+    :data:`MIN_SIZES_FOR_VERDICT` distinct sizes; "not reached" below the declared budget (``enough``)."""
+    return at_budget(_judge(baseline, variant, paper_gain, n_boot), tokens_per_param, enough, "the scaling runs")
+
+
+def _judge(baseline: Sequence[tuple], variant: Sequence[tuple[float, float, float | None]], paper_gain: float,
+           n_boot: int) -> Verdict:
+    """:func:`judge` before the declared budget is applied."""
     from smallinit.scaling import ScalingError, effective_size, fit_scaling_law
 
     try:
-        fit = fit_scaling_law([n for n, _ in baseline], [l for _, l in baseline])
+        fit = fit_scaling_law([b[0] for b in baseline], [b[1] for b in baseline])
     except ScalingError as e:
         return Verdict(INCONCLUSIVE, notes=[str(e)])
     l_lo, l_hi = fit.L_range
@@ -68,10 +119,9 @@ def judge(baseline: Sequence[tuple[float, float]], variant: Sequence[tuple[float
         loss_outside = not (l_lo <= l <= l_hi)
         row = {"N": n, "loss": l, "N_eff": es.N_eff, "gain": es.gain,
                "extrapolated": bool(es.extrapolated or loss_outside)}
-        if hw is not None and is_finite(hw):
-            lo_es = effective_size(fit, n, l + hw)  # worse loss → smaller gain
-            hi_es = effective_size(fit, n, l - hw)
-            row["gain_interval"] = [lo_es.gain, hi_es.gain]
+        gi = gain_bootstrap(baseline, n, l, hw, n_boot=n_boot)
+        if gi is not None and gi[0] < gi[1]:  # a zero-width interval: no noise source at all, no interval
+            row["gain_interval"] = list(gi)
         rows.append(row)
         if es.gain is None or es.extrapolated:
             notes.append(f"N={n:.3g}: {es.note}")
@@ -85,15 +135,20 @@ def judge(baseline: Sequence[tuple[float, float]], variant: Sequence[tuple[float
     # size always has N_eff beyond the fitted range, so the largest size alone could never support the claim)
     inside = [r for r in rows if r["gain"] is not None and not r["extrapolated"]]
     row = inside[-1] if inside else rows[-1]
-    label = f"effective-size gain N_eff/N − 1 at N={row['N']:.3g}"
+    label = f"(a) effective-size gain N_eff/N − 1 at N={row['N']:.3g}"
     gi = row.get("gain_interval")
     if row["gain"] is None:
         e = Effect(label, None, noise="undefined")
     elif gi is None:
         e = Effect(label, row["gain"], noise="no noise estimate")
-    else:  # the upper end is undefined (+inf) when L − half-width is at or below the fitted E
-        e = Effect(label, row["gain"], gi[0], gi[1] if gi[1] is not None else math.inf,
-                   "from the loss interval (bootstrap 95%)")
+    else:  # the upper end is +inf when draws put L − noise at or below the fitted E
+        e = Effect(label, row["gain"], gi[0], gi[1], f"bootstrap 95% of the fit ({n_boot} refits: residuals, "
+                                                      "baseline and variant loss noise)")
+    up = gi[1] - paper_gain if gi is not None and gi[1] is not None else None
+    e44 = Effect(f"(b) upper end of the gain interval − {paper_gain:g} (< 0: reliably below the paper's "
+                 f"+{paper_gain:.0%})", up, up, up, "the interval of (a)")
+    if gi is not None:
+        nums["paper_gain_in_interval"] = bool(gi[0] <= paper_gain <= gi[1])
     why = []
     if not inside:
         shown = f"{row['gain']:+.3g}" if row["gain"] is not None else "undefined"
@@ -107,13 +162,17 @@ def judge(baseline: Sequence[tuple[float, float]], variant: Sequence[tuple[float
     if fit.n_sizes < MIN_SIZES_FOR_VERDICT:
         why.append(f"the fit goes through {fit.n_sizes} sizes, and 3 parameters through 3 points interpolate them, so "
                    f"the law's form is unchecked (a verdict needs ≥ {MIN_SIZES_FOR_VERDICT} sizes)")
+    verdict = combine([e.verdict, e44.verdict])
     if why:
-        would = f" (the gain {row['gain']:+.3g} would read '{e.verdict}')" if row["gain"] is not None else ""
+        would = f" (the gain {row['gain']:+.3g} would read '{verdict}')" if row["gain"] is not None else ""
         notes.append(f"inconclusive{would}: " + "; ".join(why))
         interval = f" {fmt_ci_pair(gi, pct=True)}" if gi else ""
         return Verdict(INCONCLUSIVE, [Effect(label, e.value, noise=f"no verdict: {'; '.join(why)}; interval{interval}"
                                              if gi else f"no verdict: {'; '.join(why)}")], nums, notes)
-    return Verdict(e.verdict, [e], nums, notes)
+    if e.verdict == "supported" and e44.verdict == "not supported":
+        notes.append(f"γ = 1 is worth more parameters here, but reliably less than the paper's +{paper_gain:.0%} "
+                     f"(interval {fmt_ci_pair(gi, pct=True)})")
+    return Verdict(verdict, [e, e44], nums, notes)
 
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
@@ -125,11 +184,14 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
         np_ = [collect_run(rd).get("non_embedding_params") for rd in ctx.runs(p)]
         lb, lp = ctx.losses(b), ctx.losses(p)
         if lb and nb and nb[0]:
-            base_pts.append((float(nb[0]), float(np.mean(lb))))
+            # a baseline point's own noise: one run's share of the seed-noise floor (floor/√2), over √k seeds
+            hb = ctx.noise_floor / math.sqrt(2 * len(lb)) if is_finite(ctx.noise_floor) else None
+            base_pts.append((float(nb[0]), float(np.mean(lb)), hb))
         if lp and np_ and np_[0]:
             var_pts.append((float(np_[0]), float(np.mean(lp)), ctx.loss_hw(p, b)))
         rows.append([z, f"{(nb[0] or 0) / 1e6:.2f}M" if nb else "", fmt(lb), fmt(lp)])
-    v = judge(base_pts, var_pts)
+    v = judge(base_pts, var_pts, tokens_per_param=ctx.budget(*roles.values()), enough=ctx.p.enough)
+    base_pts = [(n, l) for n, l, _ in base_pts]
     gains = {r["N"]: r["gain"] for r in v.numbers.get("variants") or []}
     plot = plot_scaling(ctx.out / "claim8_scaling.png", base_pts,
                         {"paper setting": [(n, l, gains.get(n)) for n, l, _ in var_pts]}, v.numbers.get("fit"),
@@ -145,6 +207,8 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
                                  fmt_ci_pair(r.get("gain_interval"), pct=True), "yes" if r["extrapolated"] else "no"]
                                 for r in v.numbers["variants"]]})
     measured = ("L(N) = E + A·N^(−α) fitted to the baseline's final val losses over the sizes (N = non-embedding "
-                "parameters); effective size N_eff of the paper setting at each size and gain = N_eff/N − 1")
+                "parameters); effective size N_eff of the paper setting at each size and gain = N_eff/N − 1 with a "
+                f"95% interval from the fit's bootstrap, compared with 0 and with the paper's +{PAPER_GAIN:.0%}; judged "
+                f"at the declared budget of {ctx.p.enough:g} tokens per parameter")
     return ctx.result(measured, v, plots=[plot.name if plot else None], tables=tables,
                       runs=ctx.names(*roles.values()))

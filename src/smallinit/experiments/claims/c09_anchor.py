@@ -9,7 +9,8 @@ step cap, ``AnchorConfig.steps``), the verdict is *inconclusive* with that reaso
 in-distribution within 700 steps"): a held-out gap between a trained and an untrained model says nothing about
 reasoning vs memorization. When both learned, the effect is held-out accuracy γ=1 − γ=0.5: with ≥ 2 seeds in both
 arms a 95% t-interval over the seed-paired differences (:func:`smallinit.stats.paired_t_interval`; seed s of both
-arms sees the same data), with one seed a bootstrap 95% interval over the held-out test examples
+arms sees the same data, and the analysis pairs them by seed *number*: a seed lost in one arm drops its own pair
+instead of shifting the others), with one seed a bootstrap 95% interval over the held-out test examples
 (:func:`~smallinit.experiments.claims.rules.proportion_gap_ci`). (The share of "inferential" answers equals the
 held-out accuracy — the inferential answer is the target — so it needs no separate test; the other answer kinds
 are reported, for learned arms only.)
@@ -99,21 +100,26 @@ def judge(acc_small: Sequence[float], acc_std: Sequence[float],
 
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
-    per = {a.gamma: ctx.anchor_results(a) for a in (ctx.roles["gamma1"], ctx.roles["gamma0.5"])}
-    if not per[1.0] or not per[0.5]:
+    by_seed = {a.gamma: ctx.anchor_results_by_seed(a) for a in (ctx.roles["gamma1"], ctx.roles["gamma0.5"])}
+    common = sorted(set(by_seed[1.0]) & set(by_seed[0.5]))
+    if not common:
         return ctx.result("anchor task", None)
-    acc = {g: [r["final"]["heldout_acc"] for r in rs] for g, rs in per.items()}
-    corr = {g: [int(c) for c in rs[0]["heldout_correct"]] for g, rs in per.items()}
-    ins = {g: [r["final"]["in_acc"] for r in rs] for g, rs in per.items()}
+    # held-out accuracies paired by seed number (seed s of both arms sees the same data): a seed lost in one arm
+    # drops its own pair instead of shifting the others; "learned" is checked on every seed each arm finished
+    acc = {g: [d[s]["final"]["heldout_acc"] for s in common] for g, d in by_seed.items()}
+    corr = {g: [int(c) for c in d[common[0]]["heldout_correct"]] for g, d in by_seed.items()}
+    ins = {g: [r["final"]["in_acc"] for r in d.values()] for g, d in by_seed.items()}
+    per = {g: list(d.values()) for g, d in by_seed.items()}
     cap = max(int(r["config"]["steps"]) for rs in per.values() for r in rs)
     v = judge(acc[1.0], acc[0.5], corr[1.0], corr[0.5], in_small=ins[1.0], in_std=ins[0.5], steps=cap)
+    v.numbers["paired_seeds"] = common
     if v.numbers.get("both_learned"):  # answer types only between arms that learned the task
         v.numbers["answers"] = {f"gamma{g:g}": [r["final"]["answers"] for r in rs] for g, rs in per.items()}
     plots = [plot_anchor_curves(ctx.out, "claim9_anchor.png", {f"γ={g:g}": rs for g, rs in per.items()}),
              plot_anchor_answers(ctx.out, "claim9_answers.png", {f"γ={g:g}": rs for g, rs in per.items()})]
     rows = []
-    for g, rs in per.items():
-        for s, r in enumerate(rs):
+    for g, d in by_seed.items():
+        for s, r in d.items():
             f = r["final"]
             rows.append([f"{g:g}", s, fmt_lr(r["config"]["lr"]), r.get("steps_run", r["config"]["steps"]),
                          f"{f['in_acc']:.3f}", f"{f['heldout_acc']:.3f}",
@@ -130,7 +136,7 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
                 f"vs the other candidates, compared only when both arms reach ≥ {LEARNED:.0%} in-distribution "
                 "accuracy in every seed; noise: a t-interval over seed-paired differences (≥ 2 seeds) or a "
                 "bootstrap over test sequences (one seed)")
-    names = [anchor_name(g, r["config"]["lr"], s) for g, rs in per.items() for s, r in enumerate(rs)]
+    names = [anchor_name(g, r["config"]["lr"], s) for g, d in by_seed.items() for s, r in d.items()]
     return ctx.result(measured, v, plots=plots, tables=[table], runs=names)
 
 

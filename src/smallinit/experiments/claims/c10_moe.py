@@ -1,13 +1,20 @@
 """Claim 10: claim 1 on a Mixture-of-Experts model (the preset's ``moe_size``): the same arms, analysis and rule
 as :mod:`~smallinit.experiments.claims.c01_loss`. Not run when the preset has no MoE size. With a crossover of its
-own (``Preset.extra_crossovers``, ``cpu-long``) the verdict is claim 1's crossover rule on the MoE pair."""
+own (``Preset.extra_crossovers``, ``cpu-long``) the verdict is claim 1's crossover rule on the MoE pair (judged at the
+declared budget by :func:`smallinit.crossing.loss_claim_verdict`).
+
+From short runs (:func:`judge`) it is a loss claim judged at the declared budget: when the MoE runs train fewer than
+``Preset.enough`` tokens per non-embedding parameter (``ModelConfig.num_params(non_embedding=True)``: every expert
+counts) the verdict is "inconclusive — not reached at this budget" whatever the loss difference says
+(:func:`~smallinit.experiments.claims.rules.at_budget`): at 0.3 tokens per parameter γ = 1 is always behind."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from smallinit.experiments.claims import c01_loss
 from smallinit.experiments.claims.context import ClaimContext
+from smallinit.experiments.claims.rules import Verdict, at_budget
 from smallinit.experiments.presets import BASELINE, PAPER, Arm, Preset, arm
 
 ID = 10
@@ -22,7 +29,12 @@ def arms(p: Preset) -> dict[str, Arm] | None:
     return {"baseline": arm(p.moe_size, BASELINE, moe=True), "paper": arm(p.moe_size, PAPER, moe=True)}
 
 
-judge = c01_loss.judge
+def judge(variant: Sequence[float], baseline: Sequence[float], boot_hw: float | None,
+          label: str = "val loss: baseline − variant", tokens_per_param: float | None = None,
+          enough: float | None = None) -> Verdict:
+    """Claim 1's rule (:func:`c01_loss.judge`: baseline − variant final loss, seed-paired t-interval or the one-seed
+    bootstrap and floor) at the declared budget: below ``enough`` tokens per parameter, "inconclusive — not reached"."""
+    return at_budget(c01_loss.judge(variant, baseline, boot_hw, label), tokens_per_param, enough, "the MoE runs")
 
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
@@ -34,5 +46,11 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
         r = c01_loss.analyse_crossover(ctx, x, crossover_folder(xp))
     else:
         r = c01_loss.analyse(ctx)
+        # claim 1's analysis reads the final losses; this claim judges them at the declared budget as well
+        tpp = ctx.budget(ctx.roles["baseline"], ctx.roles["paper"])
+        v = at_budget(Verdict(r["verdict"], notes=[]), tpp, ctx.p.enough, "the MoE runs")
+        r["verdict"] = v.verdict
+        r["notes"] = list(r.get("notes") or []) + v.notes
+        r.setdefault("numbers", {}).update({"budget_tokens_per_param": tpp, "declared_tokens_per_param": ctx.p.enough})
     r["measured"] = "MoE: " + r["measured"]
     return r

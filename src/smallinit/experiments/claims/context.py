@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from smallinit.experiments.claims.rules import INCONCLUSIVE, NOT_RUN, RULE, Effect, Verdict
 from smallinit.experiments.presets import AnchorArm, Arm, Preset
@@ -28,6 +28,33 @@ def run_name(a: Arm, lr: float, seed: int) -> str:
 def anchor_name(gamma: float, lr: float, seed: int) -> str:
     """The run directory name of an anchor-task run (under OUT/anchor/)."""
     return f"anchor-g{gamma:g}-lr{fmt_lr(lr)}-s{seed}"
+
+
+def planned_run_numbers(p: Preset, a: Arm) -> tuple[int, int] | None:
+    """(training tokens, non-embedding parameters) of the arm's short run in preset ``p``, from the preset's
+    definition alone: tokens = train.max_steps × train.batch_size × data.seq_len and
+    ``ModelConfig.num_params(non_embedding=True)`` of the resolved config (the preset's base, the size's overrides,
+    the arm's γ, ε and gate — as :func:`smallinit.experiments.plan.lm_config` resolves them; no data needed). None
+    when the size is not in the preset."""
+    import copy
+    import dataclasses
+
+    from smallinit.train.config import load_config, set_dotted
+
+    if a.size not in p.sizes:
+        return None
+    d = copy.deepcopy(p.base)
+    for k, v in p.sizes[a.size].items():
+        set_dotted(d, k, v, what="preset key")
+    cfg = load_config(None, [], base=d)
+    model = dataclasses.replace(cfg.model, gamma=a.gamma, norm_eps=a.eps, gate=a.gate)
+    return (cfg.train.max_steps * cfg.train.batch_size * cfg.data.seq_len, model.num_params(non_embedding=True))
+
+
+def planned_tokens_per_param(p: Preset, a: Arm) -> float | None:
+    """Tokens per non-embedding parameter of the arm's short run in preset ``p`` (:func:`planned_run_numbers`)."""
+    r = planned_run_numbers(p, a)
+    return r[0] / r[1] if r and r[1] else None
 
 
 @dataclass
@@ -62,14 +89,64 @@ class ClaimContext:
     # -- runs
     def runs(self, a: Arm | AnchorArm) -> list[Path]:
         """The finished runs of an arm at its chosen learning rate (seed 0 first)."""
-        lr = self.chosen.get(a.key)
+        return list(self.runs_by_seed(a).values())
+
+    def runs_by_seed(self, a: Arm | AnchorArm, lr: float | None = None) -> dict[int, Path]:
+        """{seed: finished run} of an arm at ``lr`` (default: its chosen rate), in seed order. Every learning rate
+        of the preset has seed 0 (phase 1); further seeds exist at the chosen rate only. Claims pair two arms'
+        runs by these seed numbers (a lost seed drops its own pair and shifts no other)."""
+        lr = self.chosen.get(a.key) if lr is None else lr
         if lr is None:
-            return []
-        if isinstance(a, AnchorArm):
-            dirs = [self.out / "anchor" / anchor_name(a.gamma, lr, s) for s in range(self.seeds.get(a.key, 1))]
-        else:
-            dirs = [self.out / "runs" / run_name(a, lr, s) for s in range(self.seeds.get(a.key, 1))]
-        return [rd for rd in dirs if run_state(rd) == "done"]
+            return {}
+        out = {}
+        for s in range(self.seeds.get(a.key, 1)):
+            rd = (self.out / "anchor" / anchor_name(a.gamma, lr, s) if isinstance(a, AnchorArm)
+                  else self.out / "runs" / run_name(a, lr, s))
+            if run_state(rd) == "done":
+                out[s] = rd
+        return out
+
+    def common_lr(self, *arms: Arm) -> float | None:
+        """A learning rate at which every arm has a finished seed-0 run (arms compared at the same rate, e.g. claim
+        6): the first arm's chosen rate when all have a run there, else the next arm's chosen rate, else the
+        preset's rates in order; None when there is none."""
+        cands = [self.chosen.get(a.key) for a in arms] + list(self.p.lrs)
+        for lr in cands:
+            if lr is not None and all(0 in self.runs_by_seed(a, lr) for a in arms):
+                return lr
+        return None
+
+    def losses_by_seed(self, a: Arm, lr: float | None = None) -> dict[int, float]:
+        """{seed: final validation loss} of the arm's finished runs (finite ones only)."""
+        out = {}
+        for s, rd in self.runs_by_seed(a, lr).items():
+            v = collect_run(rd).get("final_val_loss")
+            if v is not None and math.isfinite(v):
+                out[s] = float(v)
+        return out
+
+    def probes_by_seed(self, a: Arm, lr: float | None = None) -> dict[int, list[dict[str, Any]]]:
+        """{seed: probe records} of the arm's finished runs that have probes."""
+        out = {}
+        for s, rd in self.runs_by_seed(a, lr).items():
+            recs = read_probes(rd)
+            if recs:
+                out[s] = recs
+        return out
+
+    def tokens_per_param(self, a: Arm) -> float | None:
+        """Training tokens per non-embedding parameter of the arm's runs: the planned cost's tokens /
+        non_embedding_params, else :func:`planned_tokens_per_param` from the preset's definition."""
+        c = self.cost(a)
+        if c.get("tokens") and c.get("non_embedding_params"):
+            return float(c["tokens"]) / float(c["non_embedding_params"])
+        return planned_tokens_per_param(self.p, a)
+
+    def budget(self, *arms: Arm) -> float | None:
+        """The smallest tokens per non-embedding parameter over the arms' runs (None when one is unknown): what a
+        loss claim compares against the declared budget ``Preset.enough`` (:func:`~.rules.at_budget`)."""
+        v = [self.tokens_per_param(a) for a in arms]
+        return None if not v or any(x is None for x in v) else float(min(v))
 
     def names(self, *arms: Arm | AnchorArm) -> list[str]:
         """The names of the arms' finished runs (the "Runs:" line of the report)."""
@@ -87,14 +164,18 @@ class ClaimContext:
 
     def anchor_results(self, a: AnchorArm) -> list[dict[str, Any]]:
         """The ``result.json`` of each of the anchor arm's finished seeds (seed 0 first)."""
+        return list(self.anchor_results_by_seed(a).values())
+
+    def anchor_results_by_seed(self, a: AnchorArm) -> dict[int, dict[str, Any]]:
+        """{seed: ``result.json``} of the anchor arm's seeds that have one, in seed order."""
         lr = self.chosen.get(a.key)
         if lr is None:
-            return []
-        out = []
+            return {}
+        out = {}
         for s in range(self.seeds.get(a.key, 1)):
             r = read_json(self.out / "anchor" / anchor_name(a.gamma, lr, s) / "result.json")
             if r:
-                out.append(r)
+                out[s] = r
         return out
 
     def cost(self, a: Arm) -> dict[str, float]:
@@ -118,16 +199,20 @@ class ClaimContext:
             return None
         return self.compare_runs(ra[0], rb[0], reference)
 
-    def compare_runs(self, run_a: Path, run_b: Path, reference: Path | None = None) -> dict[str, Any] | None:
-        """:meth:`compare` on two run directories (e.g. a crossover's largest-budget branches)."""
+    def compare_runs(self, run_a: Path, run_b: Path,
+                     reference: Path | Sequence[Path] | None = None) -> dict[str, Any] | None:
+        """:meth:`compare` on two run directories (e.g. a crossover's largest-budget branches); ``reference``: one
+        run or several (bins by the mean of their per-token losses, :func:`smallinit.compare.compare_models`)."""
         ra, rb = [run_a], [run_b]
+        refs = [] if reference is None else [reference] if isinstance(reference, Path) else list(reference)
+        reference = (refs[0] if len(refs) == 1 else refs) if refs else None
 
         def label(r: Path) -> str:  # a crossover branch is named by its arm and seed, not only its budget
             return "-".join(r.parts[-3:]) if r.parent.parent.parent.name == "runs" else r.name
 
-        ref = f"__ref__{label(reference)}" if reference is not None else ""
+        ref = "".join(f"__ref__{label(r)}" for r in refs)
         path = self.out / "compare" / f"{label(ra[0])}__vs__{label(rb[0])}{ref}.windows.json"
-        newest_run = max((r / "summary.json").stat().st_mtime for r in (ra[0], rb[0], *([reference] if ref else [])))
+        newest_run = max((r / "summary.json").stat().st_mtime for r in (ra[0], rb[0], *refs))
         if path.is_file() and path.stat().st_mtime >= newest_run:
             cached = read_json(path)
             if cached is not None:
@@ -172,6 +257,13 @@ class ClaimContext:
         """A crossover's annealed losses L(D_max) of ``arm_name``, one per seed (NaN where a branch did not finish)."""
         rows = ((x or {}).get("losses") or {}).get(arm_name) or {}
         return [float(r[-1]) if r and r[-1] is not None else math.nan for r in rows.values()]
+
+    @staticmethod
+    def final_losses_by_seed(x: dict[str, Any], arm_name: str) -> dict[int, float]:
+        """A crossover's annealed losses L(D_max) of ``arm_name`` by seed number ({seed: loss}; NaN where a branch
+        did not finish)."""
+        rows = ((x or {}).get("losses") or {}).get(arm_name) or {}
+        return {int(s): float(r[-1]) if r and r[-1] is not None else math.nan for s, r in rows.items()}
 
     def crossover_trunk(self, arm_name: str, seed: int = 0) -> Path | None:
         """The constant-rate trunk of a crossover arm at ``seed`` (None unless finished): its probe log covers the
@@ -249,4 +341,5 @@ def fmt_ci_pair(ci: Any, pct: bool = False) -> str:
     return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
 
 
-__all__ = ["ClaimContext", "anchor_name", "fmt", "fmt_ci", "fmt_ci_pair", "fmt_lr", "make_result", "run_name"]
+__all__ = ["ClaimContext", "anchor_name", "fmt", "fmt_ci", "fmt_ci_pair", "fmt_lr", "make_result", "planned_run_numbers",
+           "planned_tokens_per_param", "run_name"]

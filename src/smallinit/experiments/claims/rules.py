@@ -20,16 +20,22 @@ Intervals of a loss or accuracy difference between two arms (:func:`lower_is_bet
   an effect must exceed both evaluation noise and training noise. No floor measured → no interval (inconclusive).
 
 Other effects use a bootstrap 95% interval over their own units (layers, matrices, test examples, as each claim
-states). A difference of two independent effects has h = sqrt(h1² + h2²). A claim with several parts
-(:func:`combine`) is supported when every part is, not supported when any part is not supported, and
-inconclusive otherwise.
+states), or with seeds a t-interval over seed-paired values (:func:`seed_paired_effect`: seeds are paired by their
+number, never by their position in a list, so a lost seed drops its pair instead of shifting the others). A
+difference of two independent effects has h = sqrt(h1² + h2²). A claim with several parts (:func:`combine`) is
+supported when every part is, not supported when any part is not supported, "inconclusive — not reached at this
+budget" when a part is that and none is not supported, and inconclusive otherwise.
+
+**The declared budget** (DESIGN.md §2; :func:`at_budget`): a loss comparison from runs below ``Preset.enough``
+tokens per non-embedding parameter is "inconclusive — not reached at this budget" (:data:`NOT_REACHED`) whatever
+its interval: a short run never says *not supported* (nor *supported*) for a loss claim.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -39,9 +45,11 @@ NOT_RUN = "not run in this preset"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_REACHED, NOT_RUN)
 
 RULE = ("supported when the effect's 95% interval lies entirely above 0; not supported when entirely below 0; "
-        "inconclusive otherwise. Loss differences: a t-interval over seed-paired differences with ≥ 2 seeds; with "
-        "one seed, the bootstrap over windows widened to the preset's seed-noise floor, and inconclusive when the "
-        "preset measured no floor (one seed says nothing about training noise).")
+        "inconclusive otherwise. Loss differences: a t-interval over seed-paired differences with ≥ 2 seeds (paired by "
+        "seed number); with one seed, the bootstrap over windows widened to the preset's seed-noise floor (Student's "
+        "t at the floor's degrees of freedom), and inconclusive when the preset measured no floor (one seed says "
+        "nothing about training noise). A loss comparison from runs below the declared budget (tokens per "
+        "non-embedding parameter) is 'inconclusive — not reached at this budget', never 'not supported'.")
 
 
 @dataclass
@@ -84,7 +92,8 @@ def effect_verdict(e: Effect) -> str:
 
 def combine(verdicts: Sequence[str]) -> str:
     """A multi-part claim: all parts supported → supported; any part not supported → not supported; else
-    inconclusive."""
+    "inconclusive — not reached at this budget" when a part is that (a loss part below the declared budget);
+    else inconclusive."""
     vs = list(verdicts)
     if not vs:
         return INCONCLUSIVE
@@ -92,6 +101,8 @@ def combine(verdicts: Sequence[str]) -> str:
         return NOT_SUPPORTED
     if all(v == SUPPORTED for v in vs):
         return SUPPORTED
+    if any(v == NOT_REACHED for v in vs):
+        return NOT_REACHED
     return INCONCLUSIVE
 
 
@@ -137,11 +148,14 @@ def difference(label: str, e1: Effect, e2: Effect) -> Effect:
     return interval_effect(label, e1.value - e2.value, h, "combined: sqrt(h1² + h2²)")
 
 
-def seed_noise_floor(groups: Sequence[Sequence[float]], z: float = 1.96) -> float | None:
-    """The seed-noise floor of a one-seed comparison: z·√2·s, s = the pooled standard deviation over seeds,
-    s² = Σ_g Σ_i (x_gi − mean_g)² / Σ_g (k_g − 1), over every group (one arm's final losses at its seeds) with
-    k_g ≥ 2 — the 95% half-width of a difference between two arms trained with one seed each, if s were exact
-    (from few seeds s is itself uncertain: the floor is a minimum, not a full interval). None without such a group."""
+def seed_noise_floor(groups: Sequence[Sequence[float]], level: float = 0.95) -> float | None:
+    """The seed-noise floor of a one-seed comparison: t_{df, (1+level)/2}·√2·s, s = the pooled standard deviation
+    over seeds, s² = Σ_g Σ_i (x_gi − mean_g)² / df with df = Σ_g (k_g − 1), over every group (one arm's final
+    losses at its seeds) with k_g ≥ 2 — the 95% half-width of a difference between two arms trained with one seed
+    each. The quantile is Student's t at the floor's real degrees of freedom (DESIGN.md §2: also for noise floors
+    estimated from few seeds), not z = 1.96: from df = 2, t = 4.30. None without such a group."""
+    from smallinit.stats import t_quantile
+
     ss, df = 0.0, 0
     for g in groups:
         x = [float(v) for v in g if is_finite(v)]
@@ -150,7 +164,58 @@ def seed_noise_floor(groups: Sequence[Sequence[float]], z: float = 1.96) -> floa
             df += len(x) - 1
     if df == 0:
         return None
-    return z * math.sqrt(2.0) * math.sqrt(ss / df)
+    return t_quantile(df, level) * math.sqrt(2.0) * math.sqrt(ss / df)
+
+
+def seed_pairs(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[list[int], list[float], list[float]]:
+    """(seeds, a values, b values) over the seeds present and finite in both mappings {seed: value}, in seed order:
+    pairs are made by seed number, so a lost seed drops its own pair and shifts no other."""
+    seeds = sorted(s for s in set(a) & set(b) if is_finite(a[s]) and is_finite(b[s]))
+    return seeds, [float(a[s]) for s in seeds], [float(b[s]) for s in seeds]
+
+
+def seed_paired_effect(label: str, claimed: Mapping[int, float], other: Mapping[int, float],
+                       min_seeds: int = 2) -> Effect:
+    """mean over seeds of d_s = claimed_s − other_s with the 95% t-interval mean(d) ± t_{k−1}·sd(d)/√k over the k
+    seeds present in both (:func:`seed_pairs`, :func:`smallinit.stats.paired_t_interval`). Fewer than
+    ``min_seeds`` pairs: the value without an interval (inconclusive), and a noise text that says so."""
+    from smallinit.stats import paired_t_interval
+
+    seeds, x, y = seed_pairs(claimed, other)
+    d = [u - v for u, v in zip(x, y)]
+    if not d:
+        return Effect(label, None, noise="no seed present in both arms")
+    if len(d) < max(2, min_seeds):
+        return Effect(label, float(np.mean(d)), noise=f"{len(d)} seed pair(s): a verdict needs ≥ {max(2, min_seeds)}")
+    t = paired_t_interval(d)
+    return Effect(label, t.value, t.lo, t.hi, f"95% t-interval over {len(d)} seed-paired differences "
+                                              f"(seeds {', '.join(map(str, seeds))})")
+
+
+def at_budget(v: Verdict, tokens_per_param: float | None, enough: float | None, what: str = "the runs") -> Verdict:
+    """A loss claim's verdict at the declared budget (DESIGN.md §2, "The declared budget"): when ``enough`` (K, tokens
+    per non-embedding parameter, ``Preset.enough``) is given and ``tokens_per_param`` (the smallest over the runs
+    compared) is below (1 − :data:`smallinit.crossing.DECLARED_TOLERANCE`)·K, the verdict becomes
+    :data:`NOT_REACHED` whatever the interval says (the effects stay, and a note says what they would read); with K
+    given and the runs' tokens per parameter unknown, a supported / not supported verdict becomes inconclusive.
+    The numbers gain ``budget_tokens_per_param`` and ``declared_tokens_per_param``. ``enough`` None: no budget
+    declared, the verdict unchanged."""
+    from smallinit.crossing import DECLARED_TOLERANCE
+
+    if enough is None:
+        return v
+    nums = {**v.numbers, "budget_tokens_per_param": tokens_per_param, "declared_tokens_per_param": enough}
+    if not is_finite(tokens_per_param):
+        if v.verdict in (SUPPORTED, NOT_SUPPORTED):
+            return Verdict(INCONCLUSIVE, v.effects, nums, v.notes + [
+                f"the tokens per parameter of {what} are unknown, so the declared budget ({enough:g}) cannot be "
+                f"checked (would read '{v.verdict}')"])
+        return Verdict(v.verdict, v.effects, nums, v.notes)
+    if tokens_per_param < (1.0 - DECLARED_TOLERANCE) * enough:
+        return Verdict(NOT_REACHED, v.effects, nums, v.notes + [
+            f"{what} train {tokens_per_param:.3g} tokens per non-embedding parameter, below the declared budget of "
+            f"{enough:g}: a loss comparison this short says nothing about the claim (it would read '{v.verdict}')"])
+    return Verdict(v.verdict, v.effects, nums, v.notes)
 
 
 def lower_is_better_effect(label: str, variant: Sequence[float], baseline: Sequence[float],
@@ -237,6 +302,6 @@ class Verdict:
 
 
 __all__ = ["Effect", "INCONCLUSIVE", "NOT_REACHED", "NOT_RUN", "NOT_SUPPORTED", "RULE", "SUPPORTED", "VERDICTS", "Verdict",
-           "bootstrap_mean_ci", "combine", "difference", "effect_verdict", "half_width", "higher_is_better_effect",
-           "interval_effect", "is_finite", "lower_is_better_effect", "noise_half_width", "paired_effect",
-           "proportion_gap_ci", "seed_noise_floor", "seed_spread"]
+           "at_budget", "bootstrap_mean_ci", "combine", "difference", "effect_verdict", "half_width",
+           "higher_is_better_effect", "interval_effect", "is_finite", "lower_is_better_effect", "noise_half_width",
+           "paired_effect", "proportion_gap_ci", "seed_noise_floor", "seed_paired_effect", "seed_pairs", "seed_spread"]
