@@ -1,9 +1,12 @@
 """Hugging Face export and import: transformers loads our export with equal logits, import→export is exact,
-gated models use the Qwen3-Next q_proj folding, unsupported models and configs are refused."""
+gated models use the Qwen3-Next q_proj folding, gated and MoE exports carry their own code (trust_remote_code=True)
+and match our logits and greedy decoding, unsupported models and configs are refused."""
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,19 @@ from smallinit.train.config import RunConfig
 transformers = pytest.importorskip("transformers")
 
 VOCAB = 260  # byte tokenizer: 257 tokens (+3 unused rows)
+EOT = 256
+
+
+@pytest.fixture(autouse=True, scope="module")
+def hf_modules_cache():
+    """Remote code loaded by transformers is copied into a modules cache: this session's temporary one (conftest's
+    SMALLINIT_CACHE), not the user's ~/.cache/huggingface/modules."""
+    import transformers.dynamic_module_utils as dmu
+
+    old = dmu.HF_MODULES_CACHE
+    dmu.HF_MODULES_CACHE = str(Path(os.environ["SMALLINIT_CACHE"]) / "hf_modules")
+    yield
+    dmu.HF_MODULES_CACHE = old
 
 
 def small_cfg(**kw) -> ModelConfig:
@@ -157,12 +173,11 @@ def test_export_bf16_weights(tmp_path):
     assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
 
 
-@pytest.mark.parametrize("over,msg", [(dict(norm="layernorm"), "norm='layernorm'"),
-                                      (dict(moe=dict(n_experts=4, top_k=2)), "Mixture-of-Experts")])
-def test_export_refuses_layernorm_and_moe(tmp_path, capsys, over, msg):
+@pytest.mark.parametrize("over", [dict(norm="layernorm"), dict(norm="layernorm", moe=dict(n_experts=4, top_k=2))])
+def test_export_refuses_layernorm(tmp_path, capsys, over):
     run = make_run(tmp_path, small_cfg(**over))
     assert cli(["export", str(run), "--to", "hf", str(tmp_path / "hf")]) == 2
-    assert msg in capsys.readouterr().err
+    assert "norm='layernorm'" in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()
 
 
@@ -185,7 +200,8 @@ def test_fold_gate_interleaves_per_head():
 
 def test_gated_export_matches_qwen3_next_attention_without_qk_norm(tmp_path):
     """Our elementwise gate folded into q_proj is exactly Qwen3-Next's gated attention — apart from Qwen3-Next's
-    per-head q/k RMSNorm, which is why transformers cannot load the export (the README says so)."""
+    per-head q/k RMSNorm, which is why no transformers class can hold the export (the README says so) and it carries
+    its own code instead."""
     if not hasattr(transformers, "Qwen3NextForCausalLM"):
         pytest.skip("this transformers has no Qwen3-Next")
     cfg = small_cfg(gate="elementwise", n_kv_heads=2, tie_embeddings=False, norm_eps=1e-6)
@@ -194,8 +210,8 @@ def test_gated_export_matches_qwen3_next_attention_without_qk_norm(tmp_path):
     conf = json.loads((out / "config.json").read_text())
     assert conf["architectures"] == [GATED_ARCH] and conf["gate"] == "elementwise"
     assert "q_norm" in (out / "README.md").read_text()
-    with pytest.raises((ValueError, KeyError, OSError)):
-        transformers.AutoModelForCausalLM.from_pretrained(out)  # unknown model_type: refused, not mis-loaded
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=False)  # refused, not mis-loaded
 
     qc = transformers.Qwen3NextConfig(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -228,6 +244,146 @@ def test_gated_export_import_round_trip(tmp_path, gate):
     assert m1.config.gate == gate
     for (k, v0), (k1, v1) in zip(m0.state_dict().items(), m1.state_dict().items()):
         assert k == k1 and torch.equal(v0, v1), k
+
+
+# ----------------------------------------------------------------------------- gated and MoE: remote code
+
+REMOTE_CASES = {
+    "gated-elementwise-gqa-untied": dict(gate="elementwise", n_kv_heads=2, tie_embeddings=False),
+    "gated-headwise-mqa-tied": dict(gate="headwise", n_kv_heads=1, norm_eps=1e-5),
+    "moe-gated-top2-shared-bias": dict(gate="elementwise", n_kv_heads=2, moe=dict(
+        n_experts=4, top_k=2, n_shared_experts=1, d_expert=16, every=1, bias_update_rate=0.01)),
+    "moe-ungated-top1-every2": dict(gate="none", tie_embeddings=False, moe=dict(n_experts=3, top_k=1, d_expert=24,
+                                                                                   every=2)),
+}
+
+
+def make_remote_run(root: Path, cfg: ModelConfig) -> Path:
+    """:func:`make_run`, with the MoE routers' expert_bias (a checkpointed buffer) randomized too, so that a dropped
+    or misapplied bias changes the expert choices."""
+    run = make_run(root, cfg)
+    if cfg.moe.bias_update_rate > 0:
+        model = load_checkpoint(run)
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name.endswith("expert_bias"):
+                    b.copy_(0.2 * torch.randn_like(b))
+        save_checkpoint(run, 0, model.state_dict(), {}, {"tokens": 0}, RunConfig(model=cfg).to_dict(),
+                        tied_keys=("lm_head.weight",) if cfg.tie_embeddings else ())
+    return run
+
+
+def load_remote(out: Path):
+    return transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True, dtype=torch.float32).eval()
+
+
+def greedy_ours(model, prompt: torch.Tensor, n: int) -> list[int]:
+    """Our greedy continuation of ``prompt`` (1, T), cut after the first <|endoftext|> (where generate stops)."""
+    new = model.generate(prompt, n, temperature=0)[0, prompt.shape[1]:].tolist()
+    return new[:new.index(EOT) + 1] if EOT in new else new
+
+
+@pytest.mark.parametrize("case", list(REMOTE_CASES))
+def test_remote_code_export_loads_in_transformers_with_equal_logits_and_greedy_decoding(tmp_path, case):
+    cfg = small_cfg(**REMOTE_CASES[case])
+    run = make_remote_run(tmp_path, cfg)
+    out = tmp_path / "hf"
+    assert cli(["export", str(run), "--to", "hf", str(out)]) == 0
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["architectures"] == [GATED_ARCH] and conf["model_type"] == "smallinit"
+    assert conf["auto_map"]["AutoModelForCausalLM"] == "modeling_smallinit.SmallinitForCausalLM"
+    assert conf["rms_norm_eps"] == cfg.norm_eps and conf["num_experts"] == cfg.moe.n_experts
+    assert (out / "modeling_smallinit.py").is_file() and (out / "configuration_smallinit.py").is_file()
+    assert "trust_remote_code=True" in (out / "README.md").read_text()
+
+    model = load_remote(out)
+    assert type(model).__name__ == "SmallinitForCausalLM" and model.config.rms_norm_eps == cfg.norm_eps
+    ours = load_checkpoint(run)
+    idx = torch.randint(0, VOCAB, (3, 48), generator=torch.Generator().manual_seed(1))
+    a = ours_logits(ours, idx)
+    assert a.std() > 0.3
+    torch.testing.assert_close(hf_logits(model, idx), a, atol=1e-4, rtol=0)
+    if cfg.tie_embeddings:
+        assert "lm_head.weight" not in load_hf_tensors(out)
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+    for prompt in (idx[:1, :10], idx[1:2, :7]):
+        want = greedy_ours(ours, prompt, 5)
+        with torch.no_grad():
+            runs = [model.generate(prompt, max_new_tokens=5, do_sample=False, use_cache=c)[0, prompt.shape[1]:].tolist()
+                    for c in (True, True, False)]
+        assert runs[0] == runs[1] == runs[2] == want, (runs, want)  # deterministic, with or without the KV cache
+
+
+def test_remote_code_batched_generation_with_left_padding(tmp_path):
+    """A left-padded batch (attention_mask, position_ids from generate) decodes each row as it decodes alone."""
+    run = make_remote_run(tmp_path, small_cfg(**REMOTE_CASES["moe-gated-top2-shared-bias"]))
+    model = load_remote(export_hf(run, tmp_path / "hf"))
+    ours = load_checkpoint(run)
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 256, (1, n), generator=g) for n in (9, 4)]
+    ids = torch.full((2, 9), EOT)
+    mask = torch.zeros(2, 9, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, 9 - p.shape[1]:], mask[i, 9 - p.shape[1]:] = p[0], 1
+    with torch.no_grad():
+        got = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=EOT)[:, 9:]
+    for i, p in enumerate(prompts):
+        want = greedy_ours(ours, p, 4)
+        assert got[i, :len(want)].tolist() == want
+
+
+def test_remote_code_pipeline_and_tokenizer(tmp_path):
+    run = make_remote_run(tmp_path, small_cfg(gate="elementwise"))
+    out = export_hf(run, tmp_path / "hf")
+    pipe = transformers.pipeline("text-generation", model=str(out), trust_remote_code=True, device="cpu",
+                                 dtype=torch.float32)
+    text = "Small init"
+    res = pipe(text, max_new_tokens=4, do_sample=False, return_full_text=False)
+    ids = byte_tokenizer().encode(text).ids
+    want = greedy_ours(load_checkpoint(run), torch.tensor([ids]), 4)
+    assert res[0]["generated_text"] == pipe.tokenizer.decode(want, skip_special_tokens=True)
+
+
+def test_remote_code_files_are_self_contained():
+    """The files written into exports import only torch, transformers and each other (no smallinit, nothing else)."""
+    from smallinit.hf_remote import REMOTE_FILES, remote_code_sources
+
+    srcs = remote_code_sources()
+    assert sorted(srcs) == sorted(REMOTE_FILES)
+    for name, code in srcs.items():
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mods = [("." * node.level) + (node.module or "")]
+            else:
+                continue
+            for m in mods:
+                assert m.split(".")[0] in ("torch", "transformers") or m == ".configuration_smallinit", (name, m)
+
+
+def test_remote_code_export_force_replaces_a_previous_export(tmp_path):
+    run = make_run(tmp_path, small_cfg(gate="elementwise"))
+    export_hf(run, tmp_path / "hf")
+    export_hf(run, tmp_path / "hf", force=True)
+    assert (tmp_path / "hf" / "modeling_smallinit.py").is_file()
+
+
+@pytest.mark.parametrize("case", ["moe-gated-top2-shared-bias", "moe-ungated-top1-every2"])
+def test_moe_export_import_round_trip(tmp_path, case):
+    cfg = small_cfg(**REMOTE_CASES[case])
+    run = make_remote_run(tmp_path, cfg)
+    out = export_hf(run, tmp_path / "hf")
+    t = load_hf_tensors(out)
+    assert t["model.layers.1.mlp.experts.gate_up_proj"].shape == (cfg.moe.n_experts, 2 * cfg.moe.d_expert, 32)
+    back = import_hf(out, tmp_path / "back")
+    m0, m1 = load_checkpoint(run), load_checkpoint(back)
+    assert m1.config.moe == cfg.moe
+    s0, s1 = m0.state_dict(), m1.state_dict()
+    assert sorted(s0) == sorted(s1)
+    for k in s0:
+        assert torch.equal(s0[k], s1[k]), k
 
 
 # ----------------------------------------------------------------------------- import

@@ -140,3 +140,33 @@ def test_cli_command_line_works_offline(setup, ours):
     results = [json.loads(p.read_text()) for p in out.rglob("results_*.json")]
     assert len(results) == 1
     assert results[0]["results"]["tiny_mc"]["acc,none"] == pytest.approx(ours["metrics"]["acc"])
+
+
+def test_lm_eval_hf_model_on_the_gated_export_agrees_with_smallinit_eval(setup, ours, monkeypatch):
+    """lm-eval's own ``hf`` model (HFLM) on the `smallinit export` of the gated run (its code in the folder,
+    trust_remote_code=True) gives `smallinit eval`'s per-item log-likelihoods and accuracy. Offline."""
+    pytest.importorskip("accelerate")
+    import lm_eval.models.huggingface  # noqa: F401  (registers "hf")
+    import transformers.dynamic_module_utils as dmu
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from smallinit.hf import export_hf
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(var, "1")
+    # the remote code is copied into this session's temporary cache, not ~/.cache/huggingface/modules
+    monkeypatch.setattr(dmu, "HF_MODULES_CACHE", str(Path(os.environ["SMALLINIT_CACHE"]) / "hf_modules"))
+    assert load_checkpoint(setup["run"]).config.gate == "elementwise"
+    hf = export_hf(setup["run"], setup["root"] / "hf_gated", force=True)
+    tm = TaskManager(include_path=str(setup["tasks"]), include_defaults=False)
+    res = simple_evaluate(model="hf", model_args=f"pretrained={hf},trust_remote_code=True,dtype=float32",
+                          tasks=["tiny_mc"], task_manager=tm, device="cpu", batch_size=4, log_samples=True,
+                          bootstrap_iters=0)
+    torch.set_num_threads(1)  # lm-eval may have changed it
+    samples = sorted(res["samples"]["tiny_mc"], key=lambda s: s["doc_id"])
+    assert len(samples) == N_ITEMS == ours["metrics"]["n"]
+    for s, rec in zip(samples, ours["records"]):
+        assert [float(r[0]) for r in s["filtered_resps"]] == pytest.approx(rec["loglikelihoods"], abs=1e-4)
+    assert res["results"]["tiny_mc"]["acc,none"] == pytest.approx(ours["metrics"]["acc"])
+    assert res["results"]["tiny_mc"]["acc_norm,none"] == pytest.approx(ours["metrics"]["acc_norm"])

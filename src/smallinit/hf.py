@@ -28,22 +28,30 @@ forwards, import inverted):
 
 Q and K need no permutation: our RoPE already pairs channel j with j + hd/2 (HF's ``rotate_half``).
 
-Gated models (``gate`` = headwise / elementwise). Qwen3-Next's gated attention folds the output gate
-into ``q_proj`` (per head: hd query rows, then hd gate rows; output ⊙ sigmoid(gate) before ``o_proj``),
-but its attention also applies a per-head RMSNorm to q and k (``q_norm``/``k_norm``) before RoPE, which
-our model does not have and which no choice of weights turns into the identity (it normalizes every
-head vector to RMS 1). So ``Qwen3NextForCausalLM`` cannot hold our model faithfully, and neither can
-any other ``transformers`` class. Gated models are exported in a **documented layout**
-(``"architectures": ["SmallinitForCausalLM"]``, ``"model_type": "smallinit"``): the Llama names above,
+Gated and MoE models (``gate`` = headwise / elementwise, or ``moe.n_experts`` > 0) are exported as
+``SmallinitForCausalLM`` **with their code in the folder**: ``configuration_smallinit.py`` and
+``modeling_smallinit.py`` (copied from :mod:`smallinit.hf_remote`; they import only torch and transformers) and
+``"auto_map"`` in config.json, so ``AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)``,
+``generate``, pipelines and lm-eval's ``hf`` model (``trust_remote_code=True``) load them. Tensor names are Llama's,
 except that ``q_proj`` carries the gate the Qwen3-Next way, interleaved per head::
 
     q_proj.weight  shape (H·(hd + g), d):  for h in 0..H-1:  [ q rows of head h (hd) ; gate rows of head h (g) ]
     g = hd (elementwise: one gate per channel)  or  1 (headwise: one scalar per head)
     attention output of head h (hd channels) *= sigmoid(x · gate_rows_hᵀ), then o_proj
 
-``config.json`` then also carries ``"attn_output_gate": true``, ``"gate": mode`` and ``"smallinit"`` (our
-full ModelConfig). ``transformers`` cannot load it (unknown model_type); ``import_hf`` can, and the folder's
-README.md states the layout for anyone writing a loader. LayerNorm and MoE models are refused.
+and that an MoE block's feed-forward is ``mlp.gate`` (router, (E, d)), ``mlp.experts.gate_up_proj`` (E, 2·d_e, d),
+``mlp.experts.down_proj`` (E, d, d_e), ``mlp.shared_expert.{gate,up,down}_proj`` and ``mlp.expert_bias`` (the
+table: :data:`smallinit.model.hf_names.HF_MOE_NAMES`). ``config.json`` also carries ``gate``, ``attn_output_gate``,
+``gate_layout``, the MoE fields (``num_experts``, ``num_experts_per_tok``, ``norm_topk_prob``,
+``moe_intermediate_size``, ``n_shared_experts``, ``moe_every``, ``router_expert_bias``) and ``"smallinit"`` (our
+full ModelConfig, which import reads).
+
+No ``transformers`` class computes these models exactly, so none is used (checked against transformers 5.24): the
+classes with a query-dependent sigmoid gate on the attention output (Qwen3-Next, Qwen3.5, Qwen4-Exp, AFMoE,
+MiniMax-M3, Beam, Dory) all RMS- or L2-normalize q and k per head (``q_norm``/``k_norm``), which our model does not
+and no weights undo; HrmText has unweighted norms and recurrent H/L cycles, Inkling2 scaled/normalized queries, AXK2
+and HY-V4 latent (MLA-style) attention; and none has a headwise (one scalar per head) gate. LayerNorm models are
+refused.
 
 Import (``import_hf``). A local Llama folder (config.json, model.safetensors or sharded
 ``model-*.safetensors`` + index, tokenizer.json) or a SmallinitForCausalLM export becomes a run
@@ -68,7 +76,7 @@ import torch
 from smallinit.errors import CheckpointError, ConfigError
 from smallinit.io import umask
 from smallinit.model.config import ModelConfig
-from smallinit.model.hf_names import gate_rows, inverse_table, name_table, parts
+from smallinit.model.hf_names import gate_rows, inverse_table, name_table, parts, transposed
 
 LLAMA_ARCH = "LlamaForCausalLM"
 GATED_ARCH = "SmallinitForCausalLM"
@@ -83,19 +91,20 @@ SAFE_INDEX = "model.safetensors.index.json"
 
 
 def check_exportable(cfg: ModelConfig) -> str:
-    """The export layout of ``cfg``: "llama" (dense, RMSNorm, no gate) or "gated"; ConfigError for the rest."""
+    """The export layout of ``cfg``: "llama" (dense, RMSNorm, no gate) or "remote" (gated or MoE: SmallinitForCausalLM
+    with its code in the folder); ConfigError for the rest."""
     if cfg.norm != "rmsnorm":
         raise ConfigError(f"cannot export a model with norm={cfg.norm!r} to Hugging Face: Llama (and every "
                           "layout we export) uses RMSNorm; only norm=rmsnorm models are exportable")
-    if cfg.moe.enabled:
-        raise ConfigError(f"cannot export a Mixture-of-Experts model (moe.n_experts={cfg.moe.n_experts}) to "
-                          "Hugging Face: Llama is dense and no transformers MoE class matches our router; "
-                          "only dense models are exportable")
-    return "llama" if cfg.gate == "none" else "gated"
+    if cfg.moe.enabled and cfg.moe.router != "softmax":
+        raise ConfigError(f"cannot export an MoE model with moe.router={cfg.moe.router!r}: the exported code "
+                          "implements the softmax top-k router only")
+    return "llama" if cfg.gate == "none" and not cfg.moe.enabled else "remote"
 
 
 def hf_config_dict(cfg: ModelConfig, bos_id: int | None, eos_id: int | None, dtype: str = "float32") -> dict[str, Any]:
-    """config.json for ``cfg``: a LlamaConfig, or the SmallinitForCausalLM layout when the model is gated.
+    """config.json for ``cfg``: a LlamaConfig, or the SmallinitForCausalLM layout (remote code) when
+    the model is gated or MoE.
 
     Written for both transformers 4 (``rope_theta``, ``rope_scaling``, ``torch_dtype``) and 5
     (``rope_parameters``). ``rms_norm_eps`` is ``cfg.norm_eps`` exactly.
@@ -127,10 +136,20 @@ def hf_config_dict(cfg: ModelConfig, bos_id: int | None, eos_id: int | None, dty
         "use_cache": True,
         "torch_dtype": dtype,
     }
-    if layout == "gated":
-        d["attn_output_gate"] = True
+    if layout == "remote":
+        from smallinit.hf_remote import AUTO_MAP
+
+        m = cfg.moe
+        for key in ("rope_scaling", "rope_parameters", "pretraining_tp"):  # Llama-only (rope_theta is ours)
+            d.pop(key)
+        d["auto_map"] = dict(AUTO_MAP)
+        d["attn_output_gate"] = cfg.gate != "none"
         d["gate"] = cfg.gate
         d["gate_layout"] = "qwen3_next_interleaved"  # per head: [hd query rows ; g gate rows] in q_proj
+        d.update(num_experts=m.n_experts, num_experts_per_tok=m.top_k if m.enabled else 0,
+                 norm_topk_prob=m.top_k > 1, moe_intermediate_size=(m.d_expert or cfg.d_ff) if m.enabled else 0,
+                 n_shared_experts=m.n_shared_experts if m.enabled else 0, moe_every=m.every,
+                 router_expert_bias=m.enabled and m.bias_update_rate > 0)
         d["smallinit"] = cfg.to_dict()
     return d
 
@@ -236,7 +255,10 @@ def unfold_gate(q_proj: torch.Tensor, n_heads: int, head_dim: int) -> tuple[torc
 
 
 def _to_hf_rows(name: str, w: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
-    """Our fused attention matrix [q | k | v | gate] reordered to HF's [q_proj (gate folded) | k | v]."""
+    """Our fused attention matrix [q | k | v | gate] reordered to HF's [q_proj (gate folded) | k | v]; the stacked
+    expert matrices transposed to (E, out, in)."""
+    if transposed(name):
+        return w.transpose(-1, -2)
     if not name.endswith("attn.w_qkvg.weight") or not _gate_rows(cfg):
         return w
     H, hd, kv = cfg.n_heads, cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
@@ -246,6 +268,8 @@ def _to_hf_rows(name: str, w: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
 
 def _from_hf_rows(name: str, w: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
     """Inverse of :func:`_to_hf_rows`."""
+    if transposed(name):
+        return w.transpose(-1, -2)
     if not name.endswith("attn.w_qkvg.weight") or not _gate_rows(cfg):
         return w
     H, hd, kv = cfg.n_heads, cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
@@ -277,7 +301,9 @@ def hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for name, theirs in name_table(cfg).items():
         rows = parts(name, cfg)
-        if rows is None:
+        if transposed(name):
+            shapes[theirs[0]] = (*ours[name][:-2], ours[name][-1], ours[name][-2])
+        elif rows is None:
             shapes[theirs[0]] = ours[name]
         else:
             for t, r in zip(theirs, rows):
@@ -332,40 +358,54 @@ def _special_ids(tokenizer: Any, run_dir: Path | None) -> tuple[int | None, int 
 
 
 def _readme(cfg: ModelConfig, layout: str, source: str, step: int, dtype: str) -> str:
+    m = cfg.moe
+    moe = (f" MoE: {m.n_experts} experts of width {m.d_expert or cfg.d_ff}, top-{m.top_k}, "
+           f"{m.n_shared_experts} shared, every {m.every} block(s)." if m.enabled else "")
     lines = [
-        f"# smallinit export ({GATED_ARCH if layout == 'gated' else LLAMA_ARCH})", "",
+        f"# smallinit export ({GATED_ARCH if layout == 'remote' else LLAMA_ARCH})", "",
         f"Exported by `smallinit export` from `{source}` (step {step}), weights in {dtype}.",
         f"Model: d_model={cfg.d_model}, n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, n_kv_heads={cfg.n_kv_heads}, "
         f"d_ff={cfg.d_ff}, vocab={cfg.vocab_size}, tied={cfg.tie_embeddings}, RMSNorm eps={cfg.norm_eps!r}, "
-        f"rope_theta={cfg.rope_theta!r}, init gamma={cfg.gamma!r}, gate={cfg.gate}.", "",
+        f"rope_theta={cfg.rope_theta!r}, init gamma={cfg.gamma!r}, gate={cfg.gate}.{moe}", "",
     ]
+    tok_note = ("The tokenizer does not add a BOS token; prepend `<|endoftext|>` yourself if the run trained with "
+                "`data.bos=true`.")
     if layout == "llama":
         lines += ["A standard `LlamaForCausalLM` folder: load it with",
                   "`transformers.AutoModelForCausalLM.from_pretrained(path)` and "
-                  "`AutoTokenizer.from_pretrained(path)`.",
-                  "The tokenizer does not add a BOS token; prepend `<|endoftext|>` yourself if the run trained with "
-                  "`data.bos=true`.", ""]
-    else:
-        g = "head_dim" if cfg.gate == "elementwise" else "1"
+                  "`AutoTokenizer.from_pretrained(path)`.", tok_note, ""]
+        return "\n".join(lines)
+    g = {"elementwise": "head_dim", "headwise": "1", "none": "0"}[cfg.gate]
+    lines += [
+        "Load it with `transformers.AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)` (and "
+        "`AutoTokenizer.from_pretrained(path)`); lm-eval: `--model hf --model_args "
+        "pretrained=PATH,trust_remote_code=True`. The model code is in this folder (`modeling_smallinit.py`, "
+        "`configuration_smallinit.py`; they import only torch and transformers): no `transformers` class computes "
+        "this model exactly — the classes with a query-dependent attention output gate (Qwen3-Next and its kin) "
+        "also normalize q and k per head (`q_norm`, `k_norm`), which this model does not do and no weights can undo. "
+        "`smallinit import-hf` reads the folder back.", tok_note, "",
+        "Layout: every tensor is named and computed as in Llama (`model.embed_tokens`, `model.layers.i."
+        "input_layernorm`, `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.{gate,up,down}_proj`, "
+        "`model.norm`, `lm_head` unless tied), except:",
+        "",
+        f"- `q_proj.weight` has shape `(H*(head_dim+g), hidden)` with g = {g} (`gate: {cfg.gate}`): for each head "
+        "h in order, `head_dim` query rows of head h, then the g gate rows of head h (Qwen3-Next's interleaving).",
+        "- Per token x (the normalized input of the attention block): q_h, gate_h = split(x @ q_proj_hᵀ); "
+        "RoPE (rotate_half) on q and k; causal softmax attention y_h with scale head_dim^-0.5 and GQA; "
+        "y_h *= sigmoid(gate_h) (a scalar per head when g = 1; no gate when g = 0); output = o_proj(concat_h y_h).",
+        "- RMSNorm: y = w * h / sqrt(mean(h^2) + rms_norm_eps), in float32.",
+    ]
+    if m.enabled:
         lines += [
-            "**Not loadable by `transformers`.** This model uses a query-dependent sigmoid gate on each attention "
-            "head's output. Qwen3-Next folds such a gate into `q_proj` the same way, but its attention also "
-            "RMS-normalizes q and k per head (`q_norm`, `k_norm`), which this model does not do and which no "
-            "weights can undo, so no `transformers` class computes this model. `smallinit import-hf` reads it back.",
-            "",
-            "Layout: every tensor is named and computed as in Llama (`model.embed_tokens`, `model.layers.i."
-            "input_layernorm`, `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.{gate,up,down}_proj`, "
-            "`model.norm`, `lm_head` unless tied), except attention:",
-            "",
-            f"- `q_proj.weight` has shape `(H*(head_dim+g), hidden)` with g = {g} (`gate: {cfg.gate}`): for each head "
-            "h in order, `head_dim` query rows of head h, then the g gate rows of head h (Qwen3-Next's interleaving).",
-            "- Per token x (the normalized input of the attention block): q_h, gate_h = split(x @ q_proj_hᵀ); "
-            "RoPE (rotate_half) on q and k; causal softmax attention y_h with scale head_dim^-0.5 and GQA; "
-            "y_h *= sigmoid(gate_h) (a scalar per head when g = 1); output = o_proj(concat_h y_h).",
-            "- RMSNorm: y = w * h / sqrt(mean(h^2) + rms_norm_eps), in float32.",
-            "",
-            "`config.json` carries `attn_output_gate: true`, `gate`, `gate_layout: qwen3_next_interleaved` and "
-            "`smallinit` (the full model config).", ""]
+            "- MoE blocks (`num_experts` > 0; blocks every-1, 2·every-1, ... with `moe_every` = every): router "
+            "`mlp.gate.weight` (E, hidden); p = softmax(x @ gateᵀ) in float32; the top-k experts by p (by "
+            "p + `mlp.expert_bias` when `router_expert_bias`); weights p / Σ_top-k p (`norm_topk_prob`, k ≥ 2) or p "
+            "(k = 1); y = Σ w_e · down_e(silu(gate_e(x)) * up_e(x)) + shared_expert(x), with "
+            "`mlp.experts.gate_up_proj[e]` = [gate rows ; up rows] (2·d_e, hidden) and `mlp.experts.down_proj[e]` "
+            "(hidden, d_e); `mlp.shared_expert.{gate,up,down}_proj` is one SwiGLU of width n_shared·d_e."]
+    lines += ["",
+              "`config.json` carries `auto_map`, `gate`, `attn_output_gate`, `gate_layout: qwen3_next_interleaved`, "
+              "the MoE fields and `smallinit` (the full model config).", ""]
     return "\n".join(lines)
 
 
@@ -413,6 +453,11 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, step: int 
             "tokenizer_class": "PreTrainedTokenizerFast", **specials, "add_bos_token": False,
             "add_eos_token": False, "clean_up_tokenization_spaces": False, "model_max_length": cfg.max_seq_len})
         _write_json(tmp / "special_tokens_map.json", {k: v for k, v in specials.items() if v is not None})
+        if layout == "remote":
+            from smallinit.hf_remote import remote_code_sources
+
+            for name, code in remote_code_sources().items():
+                (tmp / name).write_bytes(code)
         (tmp / "README.md").write_text(_readme(cfg, layout, str(run_dir), int(data["state"].get("step", 0)), dtype),
                                        encoding="utf-8")
     return plan.path

@@ -1,17 +1,19 @@
 """``smallinit export RUN_DIR --to hf OUT_DIR [--ckpt STEP]``: a checkpoint as a Hugging Face folder.
 
 Dense RMSNorm models without the attention gate become a ``LlamaForCausalLM`` folder that
-``transformers`` loads offline; gated models are written in a documented layout with the gate folded
-into ``q_proj`` the way Qwen3-Next does it (no ``transformers`` class computes them: see
-``smallinit.hf``); LayerNorm and MoE models are refused. The folder is assembled under a
-temporary name and renamed into place.
+``transformers`` loads offline; gated and MoE models become a ``SmallinitForCausalLM`` folder that carries
+its own model code (``modeling_smallinit.py``, ``configuration_smallinit.py``, ``auto_map``), loaded with
+``trust_remote_code=True`` (no ``transformers`` class computes them: see ``smallinit.hf``); the gate is
+folded into ``q_proj`` the way Qwen3-Next does it. LayerNorm models are refused. The folder is assembled
+under a temporary name and renamed into place.
 """
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "export a checkpoint to a Hugging Face folder (LlamaForCausalLM, or a documented gated layout)"
+HELP = ("export a checkpoint to a Hugging Face folder (LlamaForCausalLM; gated/MoE models with their code, "
+        "for trust_remote_code=True)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
