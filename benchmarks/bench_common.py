@@ -56,11 +56,12 @@ def load_average() -> str:
         return "?"
 
 
-def matmul_peak(sizes=(512, 1024, 2048), reps: int = 5) -> float:
-    """Best fp32 GFLOP/s of square matmuls n×n @ n×n (2n³ FLOPs) at the current thread count."""
+def matmul_peak(sizes=(512, 1024, 2048), reps: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """Best GFLOP/s of square matmuls n×n @ n×n (2n³ FLOPs) in ``dtype`` (default fp32) at the current thread
+    count."""
     best = 0.0
     for n in sizes:
-        a, b = torch.randn(n, n), torch.randn(n, n)
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         a @ b
         for _ in range(reps):
             t = time.perf_counter()
@@ -69,10 +70,20 @@ def matmul_peak(sizes=(512, 1024, 2048), reps: int = 5) -> float:
     return best
 
 
-def header(threads: int) -> str:
+def native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (avx512_bf16 or amx_bf16; without, bf16 matmuls are emulated)."""
+    return any(f in cpu_flags().split() for f in ("avx512_bf16", "amx_bf16"))
+
+
+def bf16_peak() -> float:
+    """The same-run bf16 matmul peak; on a CPU without native bf16 only small sizes (the emulation is slow)."""
+    return matmul_peak(dtype=torch.bfloat16) if native_bf16() else matmul_peak((256, 512), 2, torch.bfloat16)
+
+
+def header(threads: int, bf16: bool = False) -> str:
+    peaks = f"fp32 matmul peak {matmul_peak():.1f} GFLOP/s" + (f", bf16 {bf16_peak():.1f}" if bf16 else "")
     return (f"CPU: {cpu_model()} ({os.cpu_count()} cores), flags: {cpu_flags()}; torch {torch.__version__}; "
-            f"{threads} thread(s); load average {load_average()}; same-run fp32 matmul peak "
-            f"{matmul_peak():.1f} GFLOP/s")
+            f"{threads} thread(s); load average {load_average()}; same-run {peaks}")
 
 
 # ---- nanoGPT (the yardstick) ------------------------------------------------------------------------------
@@ -138,9 +149,11 @@ def nanogpt(shape: str, vocab: int | None = None) -> GPT:
 
 # ---- a training step as the Trainer runs it -------------------------------------------------------------
 def make_step(model: nn.Module, vocab: int, seq: int, batch: int, forward: Callable | None = None,
-              loss_fn: Callable | None = None, seed: int = 0) -> Callable[[], float]:
+              loss_fn: Callable | None = None, seed: int = 0, dtype: str = "fp32") -> Callable[[], float]:
     """A closure running forward + cross-entropy + backward + clip_grad_norm_(1.0) + fused AdamW on fixed random
-    tokens. ``loss_fn(model, x, y)`` replaces ``cross_entropy(forward(x), y)`` when given."""
+    tokens. ``loss_fn(model, x, y)`` replaces ``cross_entropy(forward(x), y)`` when given. ``dtype="bf16"``: the
+    forward and the loss under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (as the Trainer runs bf16; backward,
+    clipping and the optimizer outside it, on float32 parameters)."""
     from smallinit.train.loop import param_groups
 
     groups = param_groups(model, 0.1, False) if isinstance(model, Transformer) else model.parameters()
@@ -150,11 +163,16 @@ def make_step(model: nn.Module, vocab: int, seq: int, batch: int, forward: Calla
     y = torch.randint(0, vocab, (batch, seq), generator=g)
     fwd = forward if forward is not None else model
 
+    if dtype not in ("fp32", "bf16"):
+        raise ValueError(f"dtype must be fp32 or bf16, got {dtype!r}")
+    amp = dtype == "bf16"
+
     def step() -> float:
-        if loss_fn is not None:
-            loss = loss_fn(fwd, x, y)
-        else:
-            loss = F.cross_entropy(fwd(x).float().flatten(0, 1), y.flatten())
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            if loss_fn is not None:
+                loss = loss_fn(fwd, x, y)
+            else:
+                loss = F.cross_entropy(fwd(x).float().flatten(0, 1), y.flatten())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

@@ -19,6 +19,9 @@ process, models with different allocation patterns share glibc's heap (a model w
     python benchmarks/nanogpt_reference.py [--shapes d384,d128,d128b] [--threads 1,2] [--rounds 7] [--json OUT]
         [--logits-loss] (ours through full logits + cross_entropy)  [--compile]   (also time torch.compile'd models; compile time excluded, warm-up 3 steps; with --isolated each in its own process too)
         [--isolated [--steps 4] [--keep-freed-memory] [--bound]]
+        [--dtype bf16]  (every model, nanoGPT and ours alike, under the same torch.autocast("cpu", dtype=torch.bfloat16)
+                         around forward + loss, as the Trainer's train.dtype=bf16; MFU against the same-run bf16
+                         matmul peak, the fp32 peak printed beside it)
 
 ``--bound`` (with ``--isolated``) adds a lower bound on what any eager implementation of our block could reach with
 PyTorch's own matmul and attention kernels (the ones nanoGPT uses): both of our models again, with their elementwise
@@ -41,8 +44,8 @@ import time
 
 import torch
 
-from bench_common import (SHAPES, Transformer, cpu_flags, header, load_average, make_step, matmul_peak, nanogpt,
-                          ours_config, time_alternating)
+from bench_common import (SHAPES, Transformer, bf16_peak, cpu_flags, header, load_average, make_step, matmul_peak,
+                          nanogpt, ours_config, time_alternating)
 
 
 def ours_loss(fwd, x, y):
@@ -87,7 +90,8 @@ def make_elementwise_free() -> None:
         setattr(owner, attr, replacement)
 
 
-def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, keep_freed: bool = False) -> dict:
+def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, keep_freed: bool = False,
+          dtype: str = "fp32") -> dict:
     """One model alone in this process: median wall and CPU seconds per step over ``steps`` after 2 warm-up steps
     (3 for a ``COMPILED`` name, whose first step compiles: compile time excluded)."""
     torch.set_num_threads(threads)
@@ -101,7 +105,7 @@ def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, ke
     model = build(name, shape)
     compiled = name.endswith(COMPILED)
     lf = None if name.startswith("nanoGPT") or logits_loss else ours_loss
-    step = make_step(model, V, T, B, forward=torch.compile(model) if compiled else None, loss_fn=lf)
+    step = make_step(model, V, T, B, forward=torch.compile(model) if compiled else None, loss_fn=lf, dtype=dtype)
     for _ in range(3 if compiled else 2):
         step()
     wall, cpu = [], []
@@ -114,7 +118,8 @@ def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, ke
 
 
 def time_isolated(shape: str, threads: int, rounds: int, steps: int, logits_loss: bool,
-                  keep_freed: bool = False, models: tuple[str, ...] = MODELS) -> dict[str, dict[str, float]]:
+                  keep_freed: bool = False, models: tuple[str, ...] = MODELS, dtype: str = "fp32"
+                  ) -> dict[str, dict[str, float]]:
     """Median over rounds of each model's per-process median step time; each round runs every model in turn, each
     in a fresh process."""
     per: dict[str, list[dict]] = {k: [] for k in models}
@@ -122,7 +127,7 @@ def time_isolated(shape: str, threads: int, rounds: int, steps: int, logits_loss
         for k in models:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", k, "--shapes", shape, "--threads",
                    str(threads), "--steps", str(steps)] + ["--logits-loss"] * logits_loss \
-                + ["--keep-freed-memory"] * keep_freed
+                + ["--keep-freed-memory"] * keep_freed + ["--dtype", dtype]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                                  cwd=os.path.dirname(os.path.abspath(__file__))).stdout
             per[k].append(json.loads(next(ln[7:] for ln in out.splitlines() if ln.startswith("RESULT "))))
@@ -130,7 +135,7 @@ def time_isolated(shape: str, threads: int, rounds: int, steps: int, logits_loss
 
 
 def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool = False,
-        isolated_steps: int = 0, keep_freed: bool = False, bound: bool = False) -> list[dict]:
+        isolated_steps: int = 0, keep_freed: bool = False, bound: bool = False, dtype: str = "fp32") -> list[dict]:
     torch.set_num_threads(threads)
     d, L, H, ff, T, B, V = SHAPES[shape]
     names = MODELS + BOUND_MODELS * bound + tuple(m + COMPILED for m in MODELS) * (compile_ and bool(isolated_steps))
@@ -140,20 +145,24 @@ def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool
     if not isolated_steps:
         for k, m in models.items():
             lf = None if k == "nanoGPT" or logits_loss else ours_loss
-            steps[k] = make_step(m, V, T, B, loss_fn=lf)
+            steps[k] = make_step(m, V, T, B, loss_fn=lf, dtype=dtype)
             if compile_:
-                steps[k + " compiled"] = make_step(m, V, T, B, forward=torch.compile(m), loss_fn=lf)
+                steps[k + " compiled"] = make_step(m, V, T, B, forward=torch.compile(m), loss_fn=lf, dtype=dtype)
                 fpt[k + " compiled"] = fpt[k]
-    peak = matmul_peak()
+    peaks = {"fp32": matmul_peak()}
+    if dtype == "bf16":
+        peaks["bf16"] = bf16_peak()
+    peak = peaks[dtype]  # MFU against the peak of the dtype the matmuls run in
     if isolated_steps:
-        secs = time_isolated(shape, threads, rounds, isolated_steps, logits_loss, keep_freed, names)
+        secs = time_isolated(shape, threads, rounds, isolated_steps, logits_loss, keep_freed, names, dtype)
     else:
         secs = time_alternating(steps, rounds, warmup=3 if compile_ else 2)
     rows = []
     modes = [""] + [" compiled"] * compile_
     for k, s in secs.items():
         mode = " compiled" if k.endswith(" compiled") else ""
-        r = {"shape": shape, "threads": threads, "model": k, "peak_gflops": peak, "load": load_average()}
+        r = {"shape": shape, "threads": threads, "model": k, "dtype": dtype, "peak_gflops": peak,
+             "peaks_gflops": peaks, "load": load_average()}
         for clock in ("wall", "cpu"):
             base = {m: B * T / secs["nanoGPT" + m][clock] * fpt["nanoGPT"] / 1e9 for m in modes}
             gf = B * T / s[clock] * fpt[k] / 1e9
@@ -179,11 +188,13 @@ def main() -> None:
                     help="with --isolated: every model's process keeps freed blocks for reuse, as the Trainer does")
     ap.add_argument("--bound", action="store_true",
                     help="with --isolated: also our models with norms, RoPE and the SwiGLU product made free")
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: every model under the same torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print("RESULT " + json.dumps(child(args.shapes, args.child, int(args.threads), args.steps, args.logits_loss,
-                                           args.keep_freed_memory)), flush=True)
+                                           args.keep_freed_memory, args.dtype)), flush=True)
         return
     if args.keep_freed_memory and not args.isolated:
         ap.error("--keep-freed-memory needs --isolated (a process setting: every model gets its own process)")
@@ -192,14 +203,15 @@ def main() -> None:
     all_rows = []
     for t in [int(x) for x in args.threads.split(",")]:
         torch.set_num_threads(t)
-        print(header(t), flush=True)
+        print(header(t, bf16=args.dtype == "bf16") + f"; models in {args.dtype}", flush=True)
         for shape in args.shapes.split(","):
             rows = run(shape, t, args.rounds, args.compile, args.logits_loss, args.steps if args.isolated else 0,
-                       args.keep_freed_memory, args.bound)
+                       args.keep_freed_memory, args.bound, args.dtype)
             all_rows += rows
             print(f"\n{shape} ({SHAPES[shape]}), {t} thread(s), "
-                  f"{'each model alone in its process, ' if args.isolated else ''}fp32 matmul peak in this run "
-                  f"{rows[0]['peak_gflops']:.1f} GFLOP/s, flags {cpu_flags()}")
+                  f"{'each model alone in its process, ' if args.isolated else ''}{args.dtype}, matmul peak in this "
+                  f"run " + ", ".join(f"{k} {v:.1f}" for k, v in rows[0]["peaks_gflops"].items())
+                  + f" GFLOP/s (MFU against {args.dtype}'s), flags {cpu_flags()}")
             print("| model | tokens/s | GFLOP/s | MFU | × nanoGPT (wall) | tokens per CPU-s | × nanoGPT (CPU time) |\n"
                   "|---|---|---|---|---|---|---|")
             for r in rows:

@@ -490,3 +490,77 @@ def test_two_seeds_never_predict_a_crossing_either_way():
     D = [d_max / 16, d_max / 8, d_max / 4, d_max / 2, d_max]
     a = analyse_crossover(D, gap_curves(gap, D, seeds=2, noise=0.003), "base", "var", n_boot=50)
     assert a.gap_fit.status == "cannot tell" and "fewer than 3 seeds" in a.answer
+
+
+# ---- issue 32 (C, J): arms on another tokenizer; equal settings written differently; a key twice in one arm ------
+
+def test_an_arm_on_data_of_another_tokenizer_is_refused_before_any_folder(token_dir, tmp_path, capsys):
+    """An arm with its own data.path prepared under another tokenizer (byte-level vs BPE) used to print a gap in
+    mixed units; compare and scaling refuse such mixes. One error line naming both data folders, no folder made."""
+    from smallinit.cli import main as cli
+    from smallinit.data import prepare_corpus
+    from smallinit.errors import DataError
+    from smallinit.experiments.crossover import run_crossover
+
+    text = tmp_path / "a.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    bytes_dir = tmp_path / "bytes"
+    prepare_corpus([str(text)], bytes_dir, tokenizer="byte", val_fraction=0.1, progress=False)
+    spec = _spec(token_dir)
+    spec.arms["small"] = ["model.gamma=1.0", f"data.path={bytes_dir}"]
+    out = tmp_path / "x"
+    with pytest.raises(DataError, match="different tokenizers") as e:
+        run_crossover(spec, out, log=lambda s: None)
+    assert str(token_dir) in str(e.value) and str(bytes_dir) in str(e.value)
+    assert not out.exists()
+    capsys.readouterr()
+    over = [x for o in tiny_overrides(token_dir) for x in ("--set", o)]
+    assert cli(["crossover", "base:model.gamma=0.5", f"small:model.gamma=1.0,data.path={bytes_dir}",
+                "--config", "tiny", *over, "--tokens", "5120", "--budgets", "1/4,1/2,1", "--out", str(out)]) == 2
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(bytes_dir) in lines[0], lines
+    assert not out.exists()
+    spec.arms["small"] = ["model.gamma=1.0", f"data.path={token_dir}"]  # the same data, written per arm: fine
+    from smallinit.experiments.crossover import _check_data, plan_jobs
+
+    _check_data(plan_jobs(spec, out)[0])
+
+
+def test_equal_settings_written_differently_continue_and_a_key_twice_in_an_arm_is_refused(
+        token_dir, tmp_path, monkeypatch, capsys):
+    """model.gamma=1 vs 1.0, a reordered --set and a relative vs absolute data.path are the same crossover (they
+    used to be refused as "a changed crossover"); model.gamma=0.5,model.gamma=1.0 in one arm is one error line."""
+    from smallinit.cli import main as cli
+    from smallinit.commands.crossover import parse_arm
+    from smallinit.experiments.crossover import CrossoverSpec, check_output
+    from smallinit.io import atomic_write_json
+    from smallinit.rundir import config_mismatch
+
+    monkeypatch.chdir(token_dir.parent)
+    rel = tiny_overrides(token_dir.relative_to(token_dir.parent))  # data.path=stdlib (relative)
+    first = CrossoverSpec(arms={"base": ["model.gamma=0.5"], "small": ["model.gamma=1", "model.gate=none"]},
+                          baseline="base", tokens=5120, base="tiny", overrides=rel, lrs=[0.001, 0.01])
+    out = tmp_path / "x"
+    out.mkdir()
+    atomic_write_json(out / "crossover.spec.json", first.to_dict())
+    same = CrossoverSpec(arms={"base": ["model.gamma=0.5"], "small": ["model.gate=none", "model.gamma=1.0"]},
+                         baseline="base", tokens=5120, base="tiny", overrides=list(reversed(tiny_overrides(token_dir))),
+                         lrs=[1e-2, 1e-3])
+    check_output(out, same)  # accepted: the same settings
+    changed = CrossoverSpec(arms={"base": ["model.gamma=0.5"], "small": ["model.gamma=1.25", "model.gate=none"]},
+                            baseline="base", tokens=5120, base="tiny", overrides=rel, lrs=[0.001, 0.01])
+    with pytest.raises(RunDirError, match="arm small"):
+        check_output(out, changed)  # a real change is still refused
+    # a trunk saved with the relative path is the run the absolute one wants (crossover._check_reuse)
+    a = {"data": {"path": "stdlib"}, "model": {"gamma": 1.0}}
+    assert config_mismatch(a, {"data": {"path": str(token_dir)}, "model": {"gamma": 1.0}}) == {}
+    assert "data.path" in config_mismatch(a, {"data": {"path": str(tmp_path)}, "model": {"gamma": 1.0}})
+    # one key twice inside one arm
+    with pytest.raises(ConfigError, match="model.gamma is set twice"):
+        parse_arm("small:model.gamma=0.5,model.gamma=1.0")
+    capsys.readouterr()
+    assert cli(["crossover", "base:model.gamma=0.5", "small:model.gamma=0.5,model.gamma=1.0", "--tokens", "1M",
+                "--out", str(tmp_path / "y")]) == 2
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert len(lines) == 1 and "model.gamma is set twice" in lines[0], lines
+    assert not (tmp_path / "y").exists()

@@ -187,3 +187,33 @@ def test_argparse_errors_are_one_error_line_without_a_usage_block(capsys):
         err = capsys.readouterr().err.splitlines()
         assert e.value.code == 2 and len(err) == 1, (argv, err)
         assert err[0].startswith("error: ") and problem in err[0] and f"(see '{where}')" in err[0], (argv, err)
+
+
+def test_more_jobs_than_cores_and_impossible_audit_sizes(tmp_path, capsys, monkeypatch):
+    """Issue 32 (G): `crossover … --jobs 4 --dry-run` (3 arms) and `reproduce --dry-run --jobs 16` on 2 cores gave a
+    ZeroDivisionError traceback (2 // 3 = 0 threads); `audit` of an HF config with hidden_size: -64 or
+    intermediate_size: 0 gave tracebacks, and `audit --widths 64,65536` started allocating 64 GiB with no estimate."""
+    import os
+
+    from smallinit.experiments import cost
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(cost, "measure_gflops", lambda *a, **k: 10.0)
+    assert cost.sharing_speedup(3, 4) == 1.0 and cost.sharing_speedup(3, 16) == 1.0
+    assert cli(["crossover", "a:model.gamma=0.5", "b:model.gamma=1.0", "c:model.gamma=1.5", "--config", "tiny",
+                "--tokens", "4M", "--jobs", "4", "--out", str(tmp_path / "x"), "--dry-run"]) == 0
+    assert "4 at a time" in capsys.readouterr().out
+    assert cli(["reproduce", "--preset", "demo", "--dry-run", "--jobs", "16", "--gflops", "10",
+                "--out", str(tmp_path / "rp")]) == 0
+    capsys.readouterr()
+    neg, zero = tmp_path / "neg.json", tmp_path / "zero.json"
+    neg.write_text('{"model_type": "llama", "hidden_size": -64}')
+    zero.write_text('{"model_type": "llama", "intermediate_size": 0}')
+    for argv, want in ((["audit", str(neg)], "hidden_size must be a positive integer, got -64"),
+                       (["audit", str(zero)], "intermediate_size must be a positive integer, got 0"),
+                       (["audit", "tiny", "--widths", "64,65536"], "--widths: width 65536 builds a model of")):
+        assert cli(argv) == 2, argv
+        err = capsys.readouterr().err
+        lines = [l for l in err.splitlines() if l.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and want in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["neg.json", "zero.json"]  # dry runs write nothing

@@ -102,3 +102,18 @@ def test_prepare_cli_bad_option_values_exit_2(capsys, tmp_path):
     assert "expected comma-separated numbers" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["prepare", "x.txt", "--out", str(tmp_path / "o"), "--max-bytes", "lots"])
+
+
+def test_max_bytes_reads_at_most_n_bytes(capsys, corpus):
+    """Issue 32 (H): `--max-bytes 1K` read 4,497 bytes (the stream stopped at the first piece boundary past N) while
+    --help says "at most N": the last piece is now cut at N, never inside a character."""
+    for src, name in ((corpus / "en.txt", "en"), (corpus / "zh.jsonl", "zh")):
+        out_dir = corpus / f"cap-{name}"
+        rc, out, err = _run(capsys, src, "--out", out_dir, "--tokenizer", "byte", "--val-fraction", "0",
+                            "--text-field", "body", "--max-bytes", "1K")
+        assert rc == 0, err
+        d = TokenData(out_dir)
+        s = d.meta["sources"][0]
+        assert 1000 - 3 <= s["bytes"] <= 1000 and s["truncated_by_max_bytes"], s["bytes"]
+        text = d.tokenizer.decode([int(i) for i in d.train], skip_special_tokens=False)
+        assert "\ufffd" not in text and len(text.replace(EOT_TOKEN, "").encode("utf-8")) == s["bytes"]

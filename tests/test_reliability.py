@@ -503,13 +503,14 @@ def test_a_relative_data_path_resolves_from_another_folder(tmp_path, token_dir, 
     over = tiny_overrides(Path("data/tok"), **{"train.max_steps": 4, "train.ckpt_every": 2, "train.eval_every": 2})
     assert cli(["train", "--config", "tiny", "--out", "runs/r", *over]) == 0
     run = home / "runs" / "r"
-    assert json.loads((run / "origin.json").read_text()) == {"cwd": str(home)}
+    origin = json.loads((run / "origin.json").read_text())
+    assert origin["cwd"] == str(home) and origin["dtype"]["dtype"] == "fp32"  # and the dtype decision (precision.py)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     assert cli(["train", "--resume", str(run), "--max-steps", "6"]) == 0
     assert yaml.safe_load((run / "config.yaml").read_text())["data"]["path"] == "data/tok"
-    assert json.loads((run / "origin.json").read_text()) == {"cwd": str(home)}  # not moved by the resume
+    assert json.loads((run / "origin.json").read_text()) == origin  # not moved (nor decided again) by the resume
     assert cli(["probe", str(run)]) == 0
     assert cli(["compare", str(run), str(run), "--tokens", "64", "--bins", "2", "--out", str(elsewhere / "c")]) == 0
 
@@ -579,3 +580,89 @@ def test_two_sigints_at_once_are_one_clean_stop(tmp_path, token_dir):
     assert rc == 130, text
     step = int(list_checkpoints(run)[-1].name[5:])
     assert 0 < step < 1000 and f"at step {step}" in text  # checkpointed where it stopped
+
+
+# ---- issue 32 (D): a resume re-verifies the data; doctor reports data that is no longer the run's ---------------
+
+def test_resume_and_doctor_verify_the_data_is_still_the_runs(tmp_path, token_dir, capsys):
+    """ids ≥ vocab written into train.bin after the start used to give an IndexError mid-run; data prepared again
+    with --force under another tokenizer (same vocabulary size) resumed silently and doctor called the run healthy."""
+    import numpy as np
+
+    from smallinit.data import prepare_corpus
+    from smallinit.doctor import check_run
+
+    data = tmp_path / "data"
+    shutil.copytree(token_dir, data)
+    run = tmp_path / "run"
+    assert train(run, data, **{"train.max_steps": 4, "train.ckpt_every": 2, "train.eval_every": 2}) == 0
+    assert check_run(run).healthy
+    before = snapshot(run)
+    capsys.readouterr()
+
+    # 1. a token id beyond the vocabulary written into train.bin after the start
+    original = (data / "train.bin").read_bytes()
+    ids = np.memmap(data / "train.bin", dtype=np.uint16, mode="r+")
+    ids[len(ids) // 2] = 60000
+    ids.flush()
+    del ids
+    assert cli(["train", "--resume", str(run), "--max-steps", "6"]) == 2
+    err = one_error(capsys)
+    assert "train.bin holds token id 60000" in err and "vocabulary" in err
+    rep = check_run(run)
+    assert not rep.healthy and any("token id 60000" in f.what for f in rep.problems)
+    assert snapshot(run) == before
+    (data / "train.bin").write_bytes(original)
+
+    # 2. the data folder prepared again (--force) under another tokenizer of the same vocabulary size
+    prepare_corpus(["builtin:stdlib"], data, tokenizer="bpe", vocab_size=512, val_fraction=0.1, progress=False,
+                   max_bytes=150_000, force=True)
+    assert json.loads((data / "meta.json").read_text())["vocab_size"] == 512
+    assert cli(["train", "--resume", str(run), "--max-steps", "6"]) == 2
+    err = one_error(capsys)
+    assert f"{data / 'tokenizer.json'}: is not the tokenizer run {run} was trained with" in err
+    rep = check_run(run)
+    assert not rep.healthy and any("is not the tokenizer" in f.what for f in rep.problems)
+    assert cli(["doctor", str(run)]) == 1
+    assert "is not the tokenizer" in capsys.readouterr().out
+    assert snapshot(run) == before
+    prepare_corpus(["builtin:stdlib"], data, tokenizer="byte", val_fraction=0.1, progress=False, max_bytes=150_000,
+                   force=True)  # another vocabulary size: named as such (it used to blame an edited config.yaml)
+    assert cli(["train", "--resume", str(run), "--max-steps", "6"]) == 2
+    assert f"{data}: holds a vocabulary of 257 tokens (meta.json), but run {run} was trained with 512" in \
+        one_error(capsys)
+    assert snapshot(run) == before
+
+    # 3. the run's own data back: the resume goes on
+    shutil.rmtree(data)
+    shutil.copytree(token_dir, data)
+    assert cli(["train", "--resume", str(run), "--max-steps", "6"]) == 0
+    assert check_run(run).healthy
+
+
+# ---- issue 32 (E): --force replaces only what the command wrote ---------------------------------------------
+
+def test_force_never_deletes_files_the_user_added_to_an_export_or_a_data_folder(tmp_path, done_run, capsys):
+    """`export RUN HFDIR --force` and `prepare … --out D --force` used to delete notes.txt and mine/ added there."""
+    text = tmp_path / "a.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog, again and again. " * 300)
+    hf, data = tmp_path / "hf", tmp_path / "data"
+    assert cli(["export", str(done_run), "--to", "hf", str(hf)]) == 0
+    assert cli(["prepare", str(text), "--out", str(data), "--tokenizer", "byte", "--no-progress"]) == 0
+    for d in (hf, data):
+        (d / "notes.txt").write_text("keep me")
+        (d / "mine").mkdir()
+        (d / "mine" / "x.txt").write_text("mine")
+    before = {d: snapshot(d) for d in (hf, data)}
+    capsys.readouterr()
+    for argv, d in ((["export", str(done_run), "--to", "hf", str(hf), "--force"], hf),
+                    (["prepare", str(text), "--out", str(data), "--tokenizer", "byte", "--force", "--no-progress"], data)):
+        assert cli(argv) == 2
+        err = one_error(capsys)
+        assert "mine/, notes.txt" in err and "did not write" in err, err
+        assert snapshot(d) == before[d]
+        assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+        # once the user's files are moved out, --force replaces the output as before
+        shutil.rmtree(d / "mine")
+        (d / "notes.txt").unlink()
+        assert cli(argv) == 0

@@ -222,3 +222,21 @@ def test_an_interrupted_job_exits_128_plus_the_signal_so_the_runner_resumes_it(t
 
     monkeypatch.setattr(job_mod, "run_job", stopped)
     assert job_mod.main([str(path)]) == 128 + signal.SIGTERM
+
+
+@pytest.mark.parametrize("name", ["summary.csv", "summary.md", "jobs", "failed", "sweep.json", "Summary.CSV"])
+def test_run_names_taken_by_the_sweeps_own_files_are_refused_up_front(tmp_path, token_dir, capsys, name):
+    """Issue 32 (F): a run named like the sweep's own files (summary.csv, jobs/ …) was accepted and failed late."""
+    from smallinit.cli import main
+
+    with pytest.raises(ConfigError, match=f"run name '{name}' is taken by the sweep's own files"):
+        parse_sweep({"base": "tiny", "runs": [{"name": name, "model.gamma": 1.0}, {"name": "ok"}]})
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"base": "tiny", "overrides": tiny_overrides(token_dir, **{"train.max_steps": 2}),
+                                    "runs": [{"name": "fine"}, {"name": name, "model.gamma": 0.5}]}))
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "taken by the sweep's own files" in lines[0], err
+    assert not out.exists()

@@ -86,3 +86,28 @@ def test_schedule_values():
     assert lr_at(0, 10, const) == 2.0 and lr_at(9, 10, const) == 2.0
     lrs = [lr_at(s, 200, cos) for s in range(10, 200)]
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))  # monotone decay after warmup
+
+
+def test_relative_base_is_read_from_the_yaml_folder_not_the_cwd(tmp_path, monkeypatch):
+    """Issue 32 (B): `base: parent.yaml` is the file beside the YAML; a stray parent.yaml in the current folder used
+    to be loaded silently instead."""
+    cfgs = tmp_path / "cfgs"
+    cfgs.mkdir()
+    (cfgs / "parent.yaml").write_text("base: tiny\nmodel:\n  gamma: 0.75\n")
+    (cfgs / "child.yaml").write_text("base: parent.yaml\ntrain:\n  seed: 7\n")
+    (cfgs / "sub").mkdir()
+    (cfgs / "sub" / "deep.yaml").write_text("base: ../child.yaml\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "parent.yaml").write_text("base: tiny\nmodel:\n  gamma: 1.5\n")  # the stray one
+    monkeypatch.chdir(elsewhere)
+    for f in (cfgs / "child.yaml", cfgs / "sub" / "deep.yaml"):
+        cfg = load_config(f)
+        assert cfg.model.gamma == 0.75 and cfg.train.seed == 7
+    # a relative base missing beside the YAML is an error naming where it looked, even if the cwd has one
+    (cfgs / "parent.yaml").unlink()
+    with pytest.raises(ConfigError, match=r"base: 'parent.yaml' not found as .*cfgs.parent\.yaml"):
+        load_config(cfgs / "child.yaml")
+    # a bare name is still a preset, a dotted one too
+    (cfgs / "p.yaml").write_text("base: 0.1b\n")
+    assert read_config_file(cfgs / "p.yaml")["model"]["preset"] == "0.1b"

@@ -31,7 +31,7 @@ from torch import nn
 
 from smallinit.errors import ConfigError
 
-__all__ = ["AuditTarget", "load_target", "scale_model_config", "scale_hf_config"]
+__all__ = ["AuditTarget", "check_width_family", "load_target", "scale_model_config", "scale_hf_config"]
 
 DEFAULT_MAX_PARAMS = 500_000_000
 DEFAULT_BLOCKS = 2
@@ -77,6 +77,23 @@ def _kv_for(n_heads_new: int, n_heads: int, n_kv: int) -> int:
     return 1
 
 
+def check_width_family(widths: Sequence[int], own: int, count_at: Callable[[int], int], max_params: int,
+                       what: str) -> None:
+    """Before any model is built: every width of ``--widths`` (but the audited one, ``own``) must make a model
+    (``count_at(w)`` parameters, counted on the meta device: no memory) within the ``max_params`` budget — a width
+    of 65536 used to allocate tens of GiB with no estimate first. ConfigError naming the first width that does not
+    fit (a width that is no multiple of head_dim is named by ``count_at`` itself)."""
+    for w in sorted({int(x) for x in widths}):
+        if w == own:
+            continue
+        n = count_at(w)
+        if n > max_params:
+            raise ConfigError(f"--widths: width {w} builds a model of {n / 1e6:,.0f}M parameters ({what}; "
+                              f"{n * 4 / 2**30:,.1f} GiB of float32 weights before their gradients), above the "
+                              f"{max_params / 1e6:,.0f}M budget of --max-params; choose smaller widths or raise "
+                              "--max-params if the memory is there")
+
+
 # ---- smallinit configs ----------------------------------------------------------------------------
 
 def scale_model_config(mcfg, width: int, n_layers: int | None = None, vocab_size: int | None = None):
@@ -101,17 +118,36 @@ def scale_model_config(mcfg, width: int, n_layers: int | None = None, vocab_size
     return ModelConfig.from_dict(d)
 
 
+def _smallinit_family(mcfg, whole: bool, max_params, blocks, vocab_cap) -> tuple[int, int]:
+    """(blocks, vocabulary) of the audited copy: the model's own when ``whole`` (a checkpoint's weights) or small
+    enough, else ``blocks`` blocks and the vocabulary capped (module docstring)."""
+    if whole or mcfg.num_params() <= max_params:
+        return mcfg.n_layers, mcfg.vocab_size
+    return min(blocks, mcfg.n_layers), min(mcfg.vocab_size, vocab_cap)
+
+
+def _check_smallinit_widths(mcfg, widths, whole: bool, max_params, blocks, vocab_cap) -> None:
+    from smallinit.model import Transformer
+
+    use_layers, use_vocab = _smallinit_family(mcfg, whole, max_params, blocks, vocab_cap)
+
+    def count_at(w: int) -> int:
+        with torch.device("meta"):
+            return _n_params(Transformer(scale_model_config(mcfg, w, use_layers, use_vocab), init=False))
+
+    check_width_family(widths, mcfg.d_model, count_at, max_params, f"{use_layers} blocks, vocabulary {use_vocab}")
+
+
 def _smallinit_target(label: str, kind: str, mcfg, *, optimizer_eps, grad_clip, max_params, blocks, vocab_cap,
-                      seed, notes: list[str], module: nn.Module | None = None) -> AuditTarget:
+                      seed, notes: list[str], module: nn.Module | None = None,
+                      widths: Sequence[int] = ()) -> AuditTarget:
     from smallinit.model import Transformer
 
     full = mcfg.num_params()
-    use_layers, use_vocab = mcfg.n_layers, mcfg.vocab_size
+    use_layers, use_vocab = _smallinit_family(mcfg, module is not None, max_params, blocks, vocab_cap)
+    if widths:
+        _check_smallinit_widths(mcfg, widths, module is not None, max_params, blocks, vocab_cap)
     if module is None:
-        if full > max_params:
-            use_layers = min(blocks, mcfg.n_layers)
-            if mcfg.vocab_size > vocab_cap:
-                use_vocab = vocab_cap
         build_cfg = scale_model_config(mcfg, mcfg.d_model, use_layers, use_vocab)
         torch.manual_seed(seed)
         module = Transformer(build_cfg)
@@ -157,13 +193,24 @@ def read_hf_config(path: str | os.PathLike):
     except ImportError:  # pragma: no cover - older huggingface_hub
         StrictDataclassError = ValueError
     try:
-        return AutoConfig.for_model(model_type, **d)
+        cfg = AutoConfig.for_model(model_type, **d)
     except StrictDataclassError as e:  # a known model type with impossible values
         raise ConfigError(f"{f}: transformers refuses this {model_type!r} config ({' '.join(str(e).split())[:200]})"
                           ) from None
     except (ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"{f}: transformers cannot build model_type {model_type!r} "
                           f"({str(e).splitlines()[0][:160]}); custom-code models are not run") from None
+    for k in HF_SIZES:  # transformers accepts hidden_size: -64 or intermediate_size: 0; building them fails late
+        v = getattr(cfg, k, None)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ConfigError(f"{f}: {k} must be a positive integer, got {v!r}")
+    return cfg
+
+
+HF_SIZES = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
+            "head_dim", "vocab_size", "max_position_embeddings", "moe_intermediate_size", "num_experts",
+            "num_local_experts", "n_routed_experts", "num_experts_per_tok")
+"""Sizes of a Hugging Face config that must be positive integers when present (not None)."""
 
 
 def _hf_head_dim(cfg) -> int:
@@ -220,7 +267,7 @@ def _hf_build(cfg, seed: int) -> nn.Module:
         raise ConfigError(f"transformers cannot build a causal LM from this config ({str(e).splitlines()[0][:160]})") from None
 
 
-def _hf_target(path: Path, *, max_params, blocks, vocab_cap, seed) -> AuditTarget:
+def _hf_target(path: Path, *, max_params, blocks, vocab_cap, seed, widths: Sequence[int] = ()) -> AuditTarget:
     from transformers import AutoModelForCausalLM
 
     cfg = read_hf_config(path)
@@ -245,6 +292,18 @@ def _hf_target(path: Path, *, max_params, blocks, vocab_cap, seed) -> AuditTarge
     if use_vocab != cfg.vocab_size:
         notes.append(f"Vocabulary cut from {cfg.vocab_size} to {use_vocab} for the sample pass (embedding σ and "
                      "hidden-state statistics unchanged; the output head's gradient is that of the smaller softmax).")
+    if widths:
+        def count_at(w: int) -> int:
+            with torch.device("meta"):
+                try:
+                    return _n_params(AutoModelForCausalLM.from_config(scale_hf_config(cfg, w, use_layers, use_vocab),
+                                                                      dtype=torch.float32))
+                except (ValueError, KeyError) as e:
+                    raise ConfigError(f"--widths: transformers cannot build width {w} "
+                                      f"({str(e).splitlines()[0][:160]})") from None
+
+        check_width_family(widths, cfg.hidden_size, count_at, max_params,
+                           f"{use_layers} blocks, vocabulary {use_vocab}")
     module = _hf_build(scale_hf_config(cfg, None, use_layers, use_vocab), seed)
 
     def builder(w: int) -> nn.Module:
@@ -258,7 +317,8 @@ def _hf_target(path: Path, *, max_params, blocks, vocab_cap, seed) -> AuditTarge
 # ---- dispatch ---------------------------------------------------------------------------------------
 
 def load_target(target: str, overrides: Sequence[str] = (), *, max_params: int = DEFAULT_MAX_PARAMS,
-                blocks: int = DEFAULT_BLOCKS, vocab_cap: int = DEFAULT_VOCAB_CAP, seed: int = 0) -> AuditTarget:
+                blocks: int = DEFAULT_BLOCKS, vocab_cap: int = DEFAULT_VOCAB_CAP, seed: int = 0,
+                widths: Sequence[int] = ()) -> AuditTarget:
     """Resolve TARGET (checked in this order):
 
     1. a ``.json`` file or a folder with ``config.json`` → a Hugging Face config (built from the config);
@@ -266,6 +326,9 @@ def load_target(target: str, overrides: Sequence[str] = (), *, max_params: int =
        checkpoint (or the one given), else a fresh init from its config;
     3. a preset name or a YAML file → a smallinit config (``overrides`` = dotted ``section.key=value``), freshly
        initialized with its γ-rule; the optimizer's ε and gradient clipping come from its ``optim`` section.
+
+    ``widths`` (the width family ``audit --widths`` will rebuild): each member's size is counted on the meta device
+    first and one over ``max_params`` is a ConfigError, before any model is built (:func:`check_width_family`).
     """
     if blocks < 1:
         raise ConfigError(f"--blocks must be >= 1, got {blocks}")
@@ -276,11 +339,11 @@ def load_target(target: str, overrides: Sequence[str] = (), *, max_params: int =
                                                  and not (p / "config.yaml").is_file()):
         if overrides:
             raise ConfigError("dotted overrides apply to smallinit configs only, not to a Hugging Face config")
-        return _hf_target(p, max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed)
+        return _hf_target(p, max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed, widths=widths)
     if p.is_dir() and (p / "config.yaml").is_file():
         if overrides:
             raise ConfigError("dotted overrides apply to a preset or YAML config, not to a run directory")
-        return _run_target(p, max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed)
+        return _run_target(p, max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed, widths=widths)
     if p.is_dir():
         raise ConfigError(f"{p}: neither a Hugging Face model folder (config.json) nor a smallinit run (config.yaml)")
     from smallinit.train import load_config
@@ -291,10 +354,10 @@ def load_target(target: str, overrides: Sequence[str] = (), *, max_params: int =
         raise ConfigError(str(e)) from None
     return _smallinit_target(str(target), "smallinit-config", cfg.model, optimizer_eps=cfg.optim.eps,
                              grad_clip=cfg.optim.grad_clip or None, max_params=max_params, blocks=blocks,
-                             vocab_cap=vocab_cap, seed=seed, notes=[])
+                             vocab_cap=vocab_cap, seed=seed, notes=[], widths=widths)
 
 
-def _run_target(p: Path, *, max_params, blocks, vocab_cap, seed) -> AuditTarget:
+def _run_target(p: Path, *, max_params, blocks, vocab_cap, seed, widths: Sequence[int] = ()) -> AuditTarget:
     from smallinit.checkpoint import latest_good_checkpoint, load_checkpoint
     from smallinit.model import ModelConfig
     from smallinit.rundir import read_config
@@ -310,6 +373,8 @@ def _run_target(p: Path, *, max_params, blocks, vocab_cap, seed) -> AuditTarget:
     clip = (cfg.optim.grad_clip or None) if cfg is not None else None
     is_ckpt = (p / "model.safetensors").is_file()
     ckpt = p if is_ckpt else latest_good_checkpoint(p)
+    if widths:  # before the checkpoint is read (its config.yaml copy describes the same model)
+        _check_smallinit_widths(mcfg, widths, ckpt is not None, max_params, blocks, vocab_cap)
     if ckpt is not None:
         model = load_checkpoint(ckpt)
         step = ""
@@ -320,7 +385,7 @@ def _run_target(p: Path, *, max_params, blocks, vocab_cap, seed) -> AuditTarget:
         notes = [f"!Weights of checkpoint {ckpt}{step}: a trained state, not a fresh init."]
         return _smallinit_target(str(p), "smallinit-checkpoint", model.config, optimizer_eps=eps, grad_clip=clip,
                                  max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed, notes=notes,
-                                 module=model)
+                                 module=model, widths=widths)
     return _smallinit_target(str(p), "smallinit-config", mcfg, optimizer_eps=eps, grad_clip=clip,
                              max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed,
-                             notes=["No checkpoint in the run: a fresh init from its config.yaml."])
+                             notes=["No checkpoint in the run: a fresh init from its config.yaml."], widths=widths)

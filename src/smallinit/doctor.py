@@ -13,6 +13,8 @@ Checks, in order:
   (no manifest: a killed write or prune) are reported;
 - ``metrics.jsonl``: every line parses, steps strictly increase, and no step that should have been
   logged is missing (steps s with s % log_every == 0, s % eval_every == 0 or s == max_steps);
+- the data folder (``data.path``): the vocabulary and tokenizer the run trained with, every token id below the
+  vocabulary (:func:`smallinit.rundir.data_mismatch`, as ``train --resume`` checks);
 - ``probes.jsonl``: every line parses and steps increase;
 - ``summary.json``: present and parseable once the run completed (reported as **complete**, naming the step);
   ``diverged.json`` (written when training stopped on a non-finite or diverged loss) is reported as **diverged**,
@@ -156,6 +158,27 @@ def _check_config(rep: DoctorReport, rd: Path, good_ckpts: list[Path]):
     rep.add(OK, f"config.yaml loads (max_steps {t.max_steps}, batch {t.batch_size}, seq_len {cfg.data.seq_len}, "
                 f"gamma {cfg.model.gamma})")
     return cfg
+
+
+def _check_data(rep: DoctorReport, rd: Path, cfg) -> None:
+    """The run's data folder is still the data it trained on (what ``train --resume`` verifies before step 1)."""
+    from smallinit.data import TokenData
+    from smallinit.rundir import data_mismatch, run_data_path
+
+    d = cfg.to_dict()
+    path = run_data_path(rd, d)
+    if not path.exists():
+        rep.add(NOTE, f"data folder {path} not found (resume, eval and compare need it)")
+        return
+    try:
+        why = data_mismatch(rd, TokenData(path))
+    except SmallinitError as e:
+        why = str(e)
+    if why:
+        rep.add(PROBLEM, f"the run's data does not match it: {why}",
+                "restore the data folder the run was trained on before resuming, evaluating or comparing it")
+    else:
+        rep.add(OK, f"data {path}: same vocabulary and tokenizer as the run, every token id below the vocabulary")
 
 
 def _check_checkpoints(rep: DoctorReport, rd: Path) -> list[Path]:
@@ -349,6 +372,8 @@ def check_run(run_dir: str | os.PathLike) -> DoctorReport:
     good = _check_checkpoints(ckpts, rd)
     cfg = _check_config(rep, rd, good)
     rep.findings += ckpts.findings  # ... but reported after the config
+    if cfg is not None:
+        _check_data(rep, rd, cfg)
     last = _check_metrics(rep, rd, cfg)
     _check_probes(rep, rd)
     _check_completion(rep, rd, cfg, good, last)

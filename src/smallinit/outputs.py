@@ -8,13 +8,16 @@ The rule, checked **before any work starts** (:func:`check_out_dir`, :func:`chec
    only when the verb can continue it (``can_continue``: ``sweep``/``reproduce`` resume, ``train --resume``)
    or, with ``--force``, replaced.
 3. Anything else (a file, a prepared dataset given to ``train --out``, a user folder with its own files) is
-   refused with one line; ``--force`` does not change that: it only replaces a previous output of the same kind.
+   refused with one line; ``--force`` does not change that: it only replaces a previous output of the same kind,
+   and only when that folder holds nothing but what the command writes (:data:`OWN_NAMES`: a ``notes.txt`` or
+   ``mine/`` added to it is named and the folder refused, never deleted with it).
 4. An output that is or contains an input is refused; ``--force`` never replaces a folder that is, contains, or
    lies inside any input of the command: ``export RUN RUN --force``, ``export RUN PARENT --force`` and
    ``export RUN RUN/sub --force`` are refused (a *new* folder inside an input, without ``--force``, is fine:
    ``plot RUN --out RUN/plots``).
 5. The destination's parent must be writable (a read-only filesystem is refused up front, not after the work).
-6. Everything is written beside the destination (``.NAME.tmp-PID``) and renamed into place
+6. Everything is written beside the destination (``.NAME.tmp-PID.HOST-*``; those of a process that is gone are
+   removed by the next one, :func:`stale_tmp_dirs`) and renamed into place
    (:func:`staged_dir`, :func:`install_dir`); a replaced output is moved aside first and removed only after the
    new one is in place.
 
@@ -50,6 +53,16 @@ _DIR_KINDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "audit": (("audit.json",),),
     "plot": (("index.html",),),  # last: a reproduce folder has an index.html too; ours carry GENERATOR
 }
+OWN_NAMES: dict[str, frozenset[str]] = {
+    "data": frozenset({"meta.json", "train.bin", "val.bin", "tokenizer.json"}),  # smallinit prepare
+    "export": frozenset({"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",  # export
+                         "tokenizer_config.json", "special_tokens_map.json", "README.md",
+                         "configuration_smallinit.py", "modeling_smallinit.py"}),
+    "run": frozenset({"config.yaml", "tokenizer.json", "hf_config.json", "checkpoints"}),  # import-hf
+}
+"""Everything a ``--force`` replacement of each kind writes (top-level names). ``--force`` replaces a folder only
+when it holds nothing else: a file or folder the user added (``notes.txt``, ``mine/``; for a run, a trained run's
+log) is never deleted with the output — the folder is refused, naming them (:func:`foreign_entries`)."""
 GENERATOR = '<meta name="generator" content="smallinit">'
 """In the head of every HTML page we write (figures.html_page): an index.html without it is not ours."""
 # keys a JSON file output of each kind carries
@@ -128,6 +141,25 @@ def _check_writable(folder: Path) -> None:
         raise ConfigError(f"{path}: cannot write in {anc} ({e.strerror or e})") from None
 
 
+def foreign_entries(folder: Path, kind: str) -> list[str]:
+    """The names in ``folder`` that a ``--force`` output of ``kind`` does not write (:data:`OWN_NAMES`), sorted;
+    the lock file is not counted."""
+    own = OWN_NAMES.get(kind)
+    if own is None:
+        return []
+    return sorted(c.name + ("/" if c.is_dir() else "") for c in folder.iterdir()
+                  if c.name not in own and c.name != ".lock")
+
+
+def _refuse_foreign(out: Path, kind: str, verb: str) -> None:
+    foreign = foreign_entries(out, kind)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ConfigError(f"{out}: also holds {shown}, which {verb or 'this command'} did not write; --force replaces "
+                          f"only {KIND_NAMES.get(kind, kind)} and never deletes other files: move them out first or "
+                          "choose another folder")
+
+
 def _is_empty_dir(p: Path) -> bool:
     """A folder with nothing in it but possibly a ``.lock`` file (a lock holds no output)."""
     return p.is_dir() and not any(c.name != ".lock" for c in p.iterdir())
@@ -184,6 +216,7 @@ def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | o
             _check_writable(out)
             return OutputPlan(out, kind, "continue")
         if force:
+            _refuse_foreign(out, kind, verb)  # only what the command itself wrote is replaced
             _check_writable(out.parent)  # the replacement is written beside and renamed into place
             return OutputPlan(out, kind, "replace")
         hint = {"run": f"use `smallinit train --resume {out}` or a new --out"}.get(kind, "choose a new folder or "
@@ -223,6 +256,7 @@ def install_dir(tmp: Path, plan: OutputPlan) -> Path:
         if _is_empty_dir(out):
             shutil.rmtree(out)
         elif plan.state == "replace" and output_kind(out) == plan.kind:
+            _refuse_foreign(out, plan.kind, "")  # a file added while the output was being written is kept too
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)
         else:  # something appeared meanwhile: never delete it
@@ -235,12 +269,56 @@ def install_dir(tmp: Path, plan: OutputPlan) -> Path:
     return out
 
 
+def _host_tag() -> str:
+    import hashlib
+    import socket
+
+    return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (unknown counts as alive: nothing is removed then)."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, under another user
+        return True
+    return True
+
+
+def stale_tmp_dirs(out: Path) -> list[Path]:
+    """Temporary folders beside ``out`` that :func:`tmp_dir_for` made for it in a process that is gone (a SIGKILL,
+    a power cut): named ``.NAME.tmp-PID.HOST-*`` with this machine's HOST tag and a PID no process has now. Nothing
+    else matches: a folder of another machine, of a live process or named otherwise is never reported."""
+    import re
+
+    pat = re.compile(rf"\.{re.escape(out.name)}\.tmp-(\d+)\.([0-9a-f]{{8}})-[A-Za-z0-9_]+")
+    host, found = _host_tag(), []
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return []
+    for p in entries:
+        m = pat.fullmatch(p.name)
+        if m and m.group(2) == host and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))) \
+                and p.is_dir() and not p.is_symlink():
+            found.append(p)
+    return sorted(found)
+
+
 def tmp_dir_for(out: Path) -> Path:
-    """A fresh temporary folder beside ``out`` (same filesystem, so the final rename is atomic)."""
+    """A fresh temporary folder beside ``out`` (same filesystem, so the final rename is atomic), named
+    ``.NAME.tmp-PID.HOST-*`` after this process; those an interrupted earlier one left for ``out`` (its process gone,
+    :func:`stale_tmp_dirs`) are removed first."""
     from smallinit.io import umask
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    for stale in stale_tmp_dirs(out):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}.{_host_tag()}-", dir=out.parent))
     os.chmod(tmp, 0o777 & ~umask())
     return tmp
 
@@ -258,5 +336,6 @@ def staged_dir(plan: OutputPlan) -> Iterator[Path]:
         raise
 
 
-__all__ = ["OutputPlan", "check_out_dir", "check_out_file", "install_dir", "output_kind", "overlaps",
+__all__ = ["OWN_NAMES", "OutputPlan", "check_out_dir", "check_out_file", "foreign_entries", "install_dir",
+           "output_kind", "overlaps", "stale_tmp_dirs",
            "staged_dir", "tmp_dir_for"]

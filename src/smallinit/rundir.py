@@ -84,6 +84,65 @@ def run_data_path(run_dir: str | os.PathLike, config: dict[str, Any] | None = No
     return path
 
 
+def trained_vocab(run_dir: str | os.PathLike) -> int | None:
+    """The vocabulary the run's weights were trained with: ``model.vocab_size`` in the config copy of its newest
+    checkpoint (set by the data when the run started; the run's own config.yaml may be a wanted config written
+    before that, as for a crossover's cooldown branch). None when there is no checkpoint."""
+    import hashlib
+
+    import yaml
+
+    for ck in sorted((Path(run_dir) / "checkpoints").glob("step_*"), reverse=True):
+        try:  # only a copy that matches its manifest (a damaged checkpoint is skipped, as resume skips it)
+            want = json.loads((ck / "manifest.json").read_text())["files"]["config.yaml"]["sha256"]
+            raw = (ck / "config.yaml").read_bytes()
+            if hashlib.sha256(raw).hexdigest() != want:
+                continue
+            v = ((yaml.safe_load(raw.decode("utf-8")) or {}).get("model") or {}).get("vocab_size")
+        except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError, UnicodeDecodeError, AttributeError):
+            continue
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def data_mismatch(run_dir: str | os.PathLike, data: Any, scan: bool = True) -> str | None:
+    """Why the prepared data ``data`` (a :class:`smallinit.data.TokenData`) is not the data the run in ``run_dir``
+    trained on, or None: another vocabulary size than the run's weights (:func:`trained_vocab`), another tokenizer
+    than the run's own copy (``RUN/tokenizer.json``, written at the start; compared in the tokenizers library's
+    canonical form), or (``scan``) a token id at or above the vocabulary in either split. ``train --resume``
+    refuses such data and ``doctor`` reports it: the data folder was written into, or prepared again
+    (``--force``) under another tokenizer, after the run started."""
+    rd, n = Path(run_dir), data.vocab_size
+    vocab_size = trained_vocab(rd)
+    fix = ("point data.path at the data the run was trained on (or prepare it again exactly as its meta.json "
+           "command says), or train a new run on this data")
+    if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) and vocab_size != n:
+        return (f"{data.path}: holds a vocabulary of {n} tokens (meta.json), but run {rd} was trained with "
+                f"{vocab_size}: the data was prepared again with another tokenizer; {fix}")
+    mine, theirs = rd / "tokenizer.json", data.path / data.meta["files"]["tokenizer"]
+    if mine.is_file() and theirs.is_file() and mine.read_bytes() != theirs.read_bytes():
+        from tokenizers import Tokenizer
+
+        def canonical(p: Path) -> str | None:
+            try:
+                return Tokenizer.from_file(str(p)).to_str()
+            except Exception:  # the library raises plain Exception subclasses
+                return None
+
+        a, b = canonical(mine), canonical(theirs)
+        if a is None or a != b:
+            return (f"{theirs}: is not the tokenizer run {rd} was trained with ({mine} differs): the data was "
+                    f"prepared again with another tokenizer; {fix}")
+    if scan:
+        for name in ("train", "val"):
+            top = data.max_token(name)
+            if top >= n:
+                return (f"{data.path}: {name}.bin holds token id {top}, but the vocabulary (meta.json vocab_size) "
+                        f"is {n}: the data was damaged or written into after the run started; {fix}")
+    return None
+
+
 def _by_step(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     d = {}
     for r in records:
@@ -194,15 +253,21 @@ def _with_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
 def config_mismatch(existing: dict[str, Any], wanted: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Dotted keys whose values differ between a run's saved config and the wanted one (ignored keys and the
     data-decided ones skipped). Both go through the config dataclasses first, so a field added to the code
-    since the run was written compares at its default instead of as missing."""
+    since the run was written compares at its default instead of as missing. A wanted ``train.dtype`` of "auto"
+    matches the concrete dtype the run decided on (:mod:`smallinit.train.precision`)."""
     a, b = _flat(_with_defaults(existing)), _flat(_with_defaults(wanted))
     out = {}
     for k in sorted(set(a) | set(b)):
         if ignored(k) or k in DATA_DECIDED:
             continue
         va, vb = a.get(k), b.get(k)
+        if k == "train.dtype" and "auto" in (va, vb):
+            continue
         if isinstance(va, (list, tuple)) and isinstance(vb, (list, tuple)):
             va, vb = list(va), list(vb)
+        if k == "data.path" and va != vb and isinstance(va, str) and isinstance(vb, str) and va and vb \
+                and os.path.realpath(va) == os.path.realpath(vb):
+            continue  # one folder written two ways (relative here vs absolute): the same data
         if va != vb:
             out[k] = (va, vb)
     return out
@@ -289,5 +354,6 @@ def load_run(run_dir: str | os.PathLike) -> RunData:
 
 
 __all__ = ["DATA_DECIDED", "IGNORED_IN_COMPARISON", "RunData", "collect_run", "compared_diff", "config_get",
+           "data_mismatch", "trained_vocab",
            "config_mismatch", "ignored", "last_step", "last_val_loss", "load_run", "read_config", "read_json",
            "read_metrics", "read_probes", "run_state", "summarize_probe_record"]

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.seed < 2**63:
         raise ConfigError(f"--seed must be an integer in [0, 2^63), got {args.seed}")
     tgt = load_target(args.target, args.overrides, max_params=int(args.max_params or DEFAULT_MAX_PARAMS),
-                      blocks=args.blocks or DEFAULT_BLOCKS, seed=args.seed)
+                      blocks=args.blocks or DEFAULT_BLOCKS, seed=args.seed, widths=widths or ())
     eps = args.eps if args.eps is not None else (tgt.optimizer_eps if tgt.optimizer_eps is not None else 1e-8)
     clip = args.grad_clip if args.grad_clip is not None else tgt.grad_clip
     kw = dict(gamma=gamma, optimizer_eps=eps, grad_clip=clip or None, batch=args.batch, seq_len=args.seq, seed=args.seed)

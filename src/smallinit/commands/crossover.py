@@ -77,14 +77,21 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
             raise ConfigError(f"arm file {text}: `overrides:` must be a mapping or a list of key=value, "
                               f"not {type(ov).__name__}")
         ov = [f"{k}={v}" for k, v in ov.items()] if isinstance(ov, dict) else [str(x) for x in ov]
-        return str(d["name"]), ov
-    name, sep, rest = text.partition(":")
-    if not sep or not name:
-        raise ConfigError(f"arm {text!r}: write NAME:key=value[,key=value…] or give a YAML file")
-    ov = [x.strip() for x in rest.split(",") if x.strip()]
+        name = str(d["name"])
+    else:
+        name, sep, rest = text.partition(":")
+        if not sep or not name:
+            raise ConfigError(f"arm {text!r}: write NAME:key=value[,key=value…] or give a YAML file")
+        ov = [x.strip() for x in rest.split(",") if x.strip()]
     bad = [x for x in ov if "=" not in x]
     if bad:
         raise ConfigError(f"arm {name!r}: {bad[0]!r} is not key=value")
+    seen: dict[str, str] = {}
+    for x in ov:  # model.gamma=0.5,model.gamma=1.0: the last would win silently
+        key = x.split("=", 1)[0].strip()
+        if key in seen:
+            raise ConfigError(f"arm {name!r}: {key} is set twice ({seen[key]!r} and {x!r}); set it once")
+        seen[key] = x
     return name, ov
 
 

@@ -71,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="token share of each INPUT (repeat or subsample to reach it)")
     p.add_argument("--text-field", default="text", help="jsonl field / parquet or dataset column (default: text)")
     p.add_argument("--max-bytes", type=_size, default=None, metavar="N",
-                   help="read at most N bytes of text per source (e.g. 5M)")
+                   help="read at most N bytes of UTF-8 text per source (e.g. 5M; the text is cut there, at a "
+                        "character boundary)")
     p.add_argument("--bpe-sample-bytes", type=_size, default=None, metavar="N",
                    help="text used to train the BPE, over all sources (default: 100M)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the val/mixing selection (default: 0)")

@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         gflops = args.gflops or measure_gflops(spec.runs[0].config, threads=default_threads(jobs))
         estimates = []
-        print(f"{len(spec.runs)} runs (time at {gflops:.1f} GFLOP/s, {jobs} at a time):")
+        print(f"{len(spec.runs)} runs (time at {gflops:.1f} GFLOP/s"
+              f"{f' in {gflops.dtype}' if hasattr(gflops, 'dtype') else ''}, {jobs} at a time):")
         for r in spec.runs:
             c = model_cost(r.config)
             secs = c["flops"] / (gflops * 1e9)

@@ -379,19 +379,26 @@ def iter_pieces(
 ) -> Iterator[tuple[str, bool]]:
     """Yield ``(piece, doc_end)`` for ``src`` and fill ``stats``.
 
-    With ``max_bytes`` the stream stops at the first piece boundary at or past that many UTF-8 bytes
-    (the last piece then ends its document).
+    With ``max_bytes`` the stream yields at most that many UTF-8 bytes: the piece that reaches the limit is cut
+    there (at the last whole character before it) and ends its document, and reading stops.
     """
     for text, end in _Reader(src, stats, text_field, piece_chars, warn):
-        nbytes = len(text.encode("utf-8"))
-        stats.bytes += nbytes
-        stats.chars += len(text)
-        stats.pieces += 1
-        if max_bytes is not None and stats.bytes >= max_bytes:
+        raw = text.encode("utf-8")
+        nbytes = len(raw)
+        if max_bytes is not None and stats.bytes + nbytes >= max_bytes:
+            if stats.bytes + nbytes > max_bytes:  # cut at the limit, never inside a character
+                text = raw[:max_bytes - stats.bytes].decode("utf-8", errors="ignore")
+                nbytes = len(text.encode("utf-8"))
+            stats.bytes += nbytes
+            stats.chars += len(text)
+            stats.pieces += 1
             stats.documents += 1
             stats.truncated = True
             yield text, True
             return
+        stats.bytes += nbytes
+        stats.chars += len(text)
+        stats.pieces += 1
         stats.documents += end
         yield text, end
 

@@ -82,6 +82,13 @@ class TokenData:
             raise DataError(f"unknown split {name!r} (train or val)")
         return self.train if name == "train" else self.val
 
+    def max_token(self, name: str, chunk: int = 1 << 24) -> int:
+        """The largest token id in split ``name`` (read in chunks of the memory map); -1 when it is empty."""
+        arr, top = self.split(name), -1
+        for i in range(0, len(arr), chunk):
+            top = max(top, int(arr[i:i + chunk].max()))
+        return top
+
     def check_seq_len(self, seq_len: int, bos: bool = False, need_val: bool = True) -> None:
         """Raise DataError when a split holds fewer tokens than one window (seq_len + 1, or seq_len with BOS)."""
         need = seq_len if bos else seq_len + 1

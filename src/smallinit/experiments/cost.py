@@ -84,7 +84,8 @@ def sharing_speedup(runs: int, workers: int) -> float:
     runs ≥ workers."""
     if runs <= 0 or runs >= workers:
         return 1.0
-    return usable_cores() // max(1, runs) / max(1, default_threads(workers) or usable_cores())
+    # more runs than cores (--jobs 4 on 2 cores): each still has one thread, never 0 (a ZeroDivisionError)
+    return max(1, usable_cores() // max(1, runs)) / max(1, default_threads(workers) or usable_cores())
 
 
 def _plain(config: Any) -> dict[str, Any]:
@@ -141,12 +142,34 @@ def _timed_steps(step, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0) -> float:
+class Throughput(float):
+    """A GFLOP/s figure (an ordinary float to every caller) that also says which dtype it was measured in
+    (``.dtype``: "fp32" or "bf16") and why (``.reason``, :class:`smallinit.train.precision.Decision`'s words)."""
+
+    dtype: str = "fp32"
+    reason: str = ""
+
+    def __new__(cls, value: float, dtype: str = "fp32", reason: str = "") -> "Throughput":
+        obj = super().__new__(cls, value)
+        obj.dtype, obj.reason = dtype, reason
+        return obj
+
+    def __reduce__(self):
+        return (Throughput, (float(self), self.dtype, self.reason))
+
+
+def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0, dtype: str | None = None) -> Throughput:
     """Training throughput of this machine in GFLOP/s (counted as in ``flops_per_token``), timed on a few
     AdamW steps of the ``config``'s model (default: the tiny preset shape) on random tokens — the step the
     Trainer runs on CPU: the model's chunked loss, fused AdamW, and the training process's settings
     (:func:`~smallinit.train.host.prepare_cpu_process`: freed memory kept, denormals flushed — without the flush a
-    trained model's steps ran up to ×1.85 slower on an Intel CPU than at init in benchmarks/denormals.py)."""
+    trained model's steps ran up to ×1.85 slower on an Intel CPU than at init in benchmarks/denormals.py).
+
+    Timed in the dtype the run will train in: ``dtype``, else the config's ``train.dtype``; "auto" is resolved as the
+    run resolves it (:func:`smallinit.train.precision.resolve` at the run's micro-batch × seq_len and this call's
+    thread count — the same cache entry the run will read, so a dry run's estimate and the runs agree), under bf16
+    autocast when that gives bf16. Without a config: float32. The result is a float; ``.dtype`` / ``.reason`` say
+    which dtype and why."""
     import torch
 
     from smallinit.model import ModelConfig, Transformer
@@ -155,28 +178,42 @@ def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0) -> floa
     config = _plain(config) if config is not None else None
     if config is None:
         mc = ModelConfig.from_preset("tiny", max_seq_len=128)
-        T, B = 128, 16
+        T, B, micro = 128, 16, 16
+        setting = dtype or "fp32"
     else:
-        mc = ModelConfig.from_dict(dict(config["model"]))
+        m = dict(config["model"])
+        meta = read_json(Path(str(config["data"].get("path", ""))) / "meta.json")
+        if meta and meta.get("vocab_size"):
+            m["vocab_size"] = int(meta["vocab_size"])  # the data decides the vocabulary, as in training
         T, B = int(config["data"]["seq_len"]), int(config["train"]["batch_size"])
+        m["max_seq_len"] = max(int(m.get("max_seq_len") or 0), T)  # as the Trainer raises it
+        mc = ModelConfig.from_dict(m)
+        micro = int(config["train"].get("micro_batch_size") or 0) or B
+        setting = dtype or str(config["train"].get("dtype", "auto"))
     old = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     settings = None
     try:
         settings = prepare_cpu_process()
+        from smallinit.train.precision import resolve
+
+        decision = resolve(setting, mc, micro, T, "cpu")
         torch.manual_seed(0)
         model = Transformer(mc)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
         x = torch.randint(0, mc.vocab_size, (B, T))
+        bf16 = decision.dtype == "bf16"
 
         def step():
-            loss = model(x, x)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(x, x)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        return model.flops_per_token(T) * B * T / _timed_steps(step, steps) / 1e9
+        return Throughput(model.flops_per_token(T) * B * T / _timed_steps(step, steps) / 1e9, decision.dtype,
+                          decision.reason)
     finally:
         torch.set_num_threads(old)
         restore_cpu_process(settings)
@@ -208,4 +245,4 @@ def measure_anchor_gflops(cfg, threads: int = 0, steps: int = 5) -> float:
         torch.set_num_threads(old)
 
 
-__all__ = ["default_threads", "fmt_seconds", "measure_anchor_gflops", "measure_gflops", "meta_model", "model_cost"]
+__all__ = ["Throughput", "default_threads", "fmt_seconds", "measure_anchor_gflops", "measure_gflops", "meta_model", "model_cost"]

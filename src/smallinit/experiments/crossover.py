@@ -133,11 +133,14 @@ class Budget:
 
 
 def arm_config(spec: CrossoverSpec, arm: str, seed: int) -> RunConfig:
-    """The resolved config of ``arm`` at ``seed`` (base, then the spec's overrides, then the arm's)."""
+    """The resolved config of ``arm`` at ``seed`` (base, then the spec's overrides, then the arm's); ``train.dtype``
+    "auto" is float32 for claim runs (:func:`smallinit.train.precision.pin_for_claims`)."""
+    from smallinit.train.precision import pin_for_claims
+
     if spec.base_config is not None:
-        return load_config(None, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"],
-                           base=copy.deepcopy(spec.base_config))
-    return load_config(spec.base, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"])
+        return pin_for_claims(load_config(None, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"],
+                                          base=copy.deepcopy(spec.base_config)))
+    return pin_for_claims(load_config(spec.base, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"]))
 
 
 def baseline_non_embedding_params(spec: CrossoverSpec) -> int:
@@ -326,9 +329,36 @@ def check_output(out: Path, spec: CrossoverSpec, inputs: tuple[str, ...] = ()) -
         except ValueError:
             raise RunDirError(f"{p} is damaged; choose a new --out") from None
         new = json.loads(json.dumps(spec.to_dict()))
+
+        def norm(key: str, value: Any) -> Any:
+            """Equal settings written differently compare equal: override lists as {key: parsed value} (order-free,
+            the last of a repeated key wins as when applied; model.gamma=1 is 1.0), paths (data.path, a YAML base)
+            resolved from here, the tuning grid as a sorted set of numbers."""
+            from smallinit.train.config import parse_value
+
+            def path(v: Any) -> Any:
+                return os.path.realpath(os.path.abspath(v)) if isinstance(v, str) and v else v
+
+            if key in ("overrides", "arm") and isinstance(value, list):
+                out = {}
+                for o in value:
+                    k, sep, v = str(o).partition("=")
+                    k, v = k.strip(), parse_value(v.strip()) if sep else None
+                    out[k] = path(v) if k.endswith(".path") else v
+                return out
+            if key == "base" and isinstance(value, str) and Path(value).suffix in (".yaml", ".yml"):
+                return path(value)
+            if key == "lrs" and isinstance(value, list):
+                try:
+                    return sorted({float(x) for x in value})
+                except (TypeError, ValueError):
+                    return value
+            return value
+
         fixed = ("base", "overrides", "cooldown", "base_config", "lrs", "tune_fraction")
-        diff = [k for k in fixed if old.get(k, new.get(k)) != new.get(k)]
-        diff += [f"arm {a}" for a, ov in (old.get("arms") or {}).items() if a in new["arms"] and new["arms"][a] != ov]
+        diff = [k for k in fixed if norm(k, old.get(k, new.get(k))) != norm(k, new.get(k))]
+        diff += [f"arm {a}" for a, ov in (old.get("arms") or {}).items()
+                 if a in new["arms"] and norm("arm", new["arms"][a]) != norm("arm", ov)]
         if diff:
             raise RunDirError(f"{out} holds a crossover with other settings ({', '.join(diff)} differ); choose a new "
                               "--out (arms, seeds and budgets may change; the runs' own settings may not)")
@@ -393,11 +423,30 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
 
 
 def _check_data(trunks: list[Job]) -> None:
-    """Every arm's data directory must be a prepared one (checked before any folder is made)."""
-    from smallinit.data import TokenData
+    """Every arm's data directory must be a prepared one, and all of them tokenized alike (checked before any folder
+    is made): an arm with its own ``data.path`` on another tokenizer measures its loss in other units (per BPE token
+    vs per byte), so its gap to the baseline means nothing — ``compare`` and ``scaling`` refuse such mixes too."""
+    from tokenizers import Tokenizer
 
+    from smallinit.data import TokenData
+    from smallinit.errors import DataError
+
+    seen: dict[str, tuple[str, str]] = {}  # canonical tokenizer -> (data path, description)
     for path in sorted({j.config["data"]["path"] for j in trunks}):
-        TokenData(path)  # DataError naming the problem
+        d = TokenData(path)  # DataError naming the problem
+        f = d.path / d.meta["files"]["tokenizer"]
+        try:
+            key = Tokenizer.from_file(str(f)).to_str()
+        except Exception as e:  # the library raises plain Exception subclasses
+            raise DataError(f"{f}: unreadable tokenizer ({str(e).splitlines()[0][:200] if str(e) else e!r})") from None
+        kind = (d.meta.get("tokenizer") or {}).get("kind") if isinstance(d.meta.get("tokenizer"), dict) else None
+        what = f"{kind or 'a'} tokenizer of {d.vocab_size:,} tokens"
+        for other, (opath, owhat) in seen.items():
+            if other != key:
+                raise DataError(f"the arms train on data prepared with different tokenizers: {opath} ({owhat}) and "
+                                f"{path} ({what}); their losses are in different units and no gap between them means "
+                                "anything: prepare every arm's data with the same tokenizer")
+        seen.setdefault(key, (path, what))
 
 
 def collect_losses(spec: CrossoverSpec, out: Path, budgets: list[Budget]) -> dict[str, dict[int, list[float | None]]]:

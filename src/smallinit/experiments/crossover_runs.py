@@ -102,6 +102,13 @@ def run_job(job: Job) -> tuple[str, str | None]:
         return "interrupted", str(e)
     except SmallinitError as e:
         return "failed", str(e)
+    except Exception as e:  # noqa: BLE001 — a crash of one run (a torch.compile cache torn by another process, an
+        # out-of-memory) fails that run only: the others go on, a rerun retries it; the traceback is in its log
+        import traceback
+
+        traceback.print_exc(file=log)
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        return "failed", f"{type(e).__name__}: {first} (traceback in {job.run_dir.name}.log)"
     finally:
         log.close()
 

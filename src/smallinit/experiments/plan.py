@@ -28,6 +28,7 @@ from smallinit.experiments.cost import default_threads, fmt_seconds, model_cost,
 from smallinit.experiments.job import Job
 from smallinit.experiments.presets import AnchorArm, Arm, Preset
 from smallinit.train.config import RunConfig, load_config, set_dotted
+from smallinit.train.precision import pin_for_claims
 
 
 def claim_arms(p: Preset) -> dict[int, dict[str, Arm | AnchorArm]]:
@@ -58,7 +59,7 @@ def lm_config(p: Preset, a: Arm, lr: float, seed: int, corpus: Path | str) -> Ru
     d = copy.deepcopy(p.base)
     for k, v in over.items():
         set_dotted(d, k, v, what="preset key")
-    cfg = load_config(None, [], base=d)
+    cfg = pin_for_claims(load_config(None, [], base=d))  # "auto" → float32 until bf16's parity is shown
     r = dataclasses.replace
     cfg = r(cfg, model=r(cfg.model, gamma=a.gamma, norm_eps=a.eps, gate=a.gate),
             data=r(cfg.data, bos=a.bos, path=str(corpus)),

@@ -70,8 +70,8 @@ class Reproduction:
                 meta = read_json(corpus / "meta.json") or {}
                 cfg.model.vocab_size = int(meta.get("vocab_size", cfg.model.vocab_size))
             self.gflops = measure_gflops(cfg, threads=default_threads(self.jobs))
-            self.log(f"[reproduce] measured {self.gflops:.1f} GFLOP/s training the {self.p.main_size} model here "
-                     f"(for the time estimates)")
+            self.log(f"[reproduce] measured {self.gflops:.1f} GFLOP/s training the {self.p.main_size} model here in "
+                     f"{getattr(self.gflops, 'dtype', 'fp32')} (for the time estimates)")
             xs = self.crossover_spec(corpus) if corpus else None
             if xs is not None:  # the crossover's own shape (a smaller model reaches fewer GFLOP/s)
                 from smallinit.experiments.crossover import plan_jobs
@@ -80,7 +80,8 @@ class Reproduction:
                 xcfg["model"]["vocab_size"] = int((read_json(corpus / "meta.json") or {}).get(
                     "vocab_size", xcfg["model"]["vocab_size"]))
                 self.crossover_gflops = measure_gflops(xcfg, threads=default_threads(self.jobs))
-                self.log(f"[reproduce] measured {self.crossover_gflops:.1f} GFLOP/s training the crossover's model")
+                self.log(f"[reproduce] measured {self.crossover_gflops:.1f} GFLOP/s training the crossover's model in "
+                         f"{getattr(self.crossover_gflops, 'dtype', 'fp32')}")
         if self.anchor_gflops is None and 9 in self.p.claims:
             cfg = anchor_config(self.p, 1.0, self.p.anchor_lrs[0], 0)
             self.anchor_gflops = measure_anchor_gflops(cfg, default_threads(self.jobs))

@@ -57,6 +57,9 @@ from smallinit.train.config import RunConfig
 SWEEP_KEYS = ("base", "overrides", "grid", "runs")
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._=,+\-]")
 MAX_NAME = 120
+RESERVED_NAMES = ("summary.csv", "summary.md", "jobs", "failed", "sweep.json")
+"""The sweep's own files and folders in OUT (``jobs/`` holds the runs' job files and logs): a run of that name
+would collide with them, so :func:`parse_sweep` refuses it up front (compared case-insensitively)."""
 
 
 # ---- the sweep file ----------------------------------------------------------------------------
@@ -241,6 +244,9 @@ def parse_sweep(d: Any, where: str = "sweep", here: Path | None = None) -> Sweep
     runs, seen = [], {}
     for c, name in zip(combos, explicit):
         n = sanitize_name(name) if name else run_name(c, all_keys)
+        if n.lower() in RESERVED_NAMES:
+            raise ConfigError(f"{where}: run name {n!r} is taken by the sweep's own files in OUT "
+                              f"({', '.join(RESERVED_NAMES)}); give the run another name")
         if n in seen:
             raise ConfigError(f"{where}: two runs are both named {n!r}; give them distinct settings or names")
         seen[n] = True
@@ -314,7 +320,8 @@ def _run_sweep_locked(spec: SweepSpec, out: Path, jobs: int, retry_failed: bool,
                           f"{' …' if len(gone) > 3 else ''} are not in {spec.source}); choose another --out")
     if gflops is None:
         gflops = measure_gflops(spec.runs[0].config, threads=default_threads(jobs))
-        log(f"[sweep] measured {gflops:.1f} GFLOP/s on this machine (for the time estimates)")
+        log(f"[sweep] measured {gflops:.1f} GFLOP/s on this machine in {getattr(gflops, 'dtype', 'fp32')} (for the "
+            "time estimates)")
     atomic_write_json(out / "sweep.json", {"source": spec.source, "base": spec.base,
                                            "runs": [{"name": r.name, "overrides": r.overrides} for r in spec.runs]})
     job_list = [train_job(r.name, r.config, out, parallel=jobs, gflops=gflops) for r in spec.runs]

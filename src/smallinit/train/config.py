@@ -75,8 +75,10 @@ class TrainConfig:
     """Sequences per forward pass on one process (0 = batch_size / world_size, no accumulation)."""
     seed: int = 0
     """Seeds the init draw and the data order (each step's batch is drawn from ``default_rng([seed, step])``)."""
-    dtype: str = "fp32"
-    """"fp32" or "bf16" (autocast; parameters, norms and the loss stay float32)."""
+    dtype: str = "auto"
+    """"auto", "fp32" or "bf16" (autocast; parameters, norms, softmax statistics, the loss and the optimizer state
+    stay float32). "auto": bf16 where the device has native bf16 and a start-up measurement at the run's own shape
+    shows it faster, else fp32 — decided once per run, saved in config.yaml (:mod:`smallinit.train.precision`)."""
     compile: bool | str = "auto"
     """Wrap the model in ``torch.compile``: true, false, or "auto" (on only where the run is long enough to repay
     the compile; the rule and its measurement: :func:`smallinit.train.compile.resolve_compile`)."""
@@ -110,7 +112,10 @@ class ProbeConfig:
     """Training-time probes (condensation, sinks, norm saturation, residual flow); see smallinit.probes."""
 
     every: int = 0
-    """Probe every k steps (0 = off). Step 0 and the last step are always probed when on."""
+    """Probe every k steps (0 = off). Step 0, the last step and (with ``early``) the log-spaced steps 1, 2, 5, 10,
+    20, 50, … below ``every`` are always probed when on."""
+    early: bool = True
+    """Also probe the log-spaced early steps (condensation happens in the first updates, DESIGN.md §2)."""
     batch_size: int = 4
     """Sequences in the fixed probe batch (taken from the validation split)."""
     heatmaps: list[str] = field(default_factory=lambda: ["blocks.0.attn.q", "blocks.0.mlp.up"])
@@ -156,7 +161,7 @@ class RunConfig:
         if not all(0 <= b < 1 for b in o.betas) or len(o.betas) != 2:
             raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {list(o.betas)}")
         choices = {"optim.schedule": (o.schedule, ("cosine", "wsd", "constant")),
-                   "train.dtype": (t.dtype, ("fp32", "bf16")), "train.device": (t.device, ("auto", "cpu", "cuda")),
+                   "train.dtype": (t.dtype, ("auto", "fp32", "bf16")), "train.device": (t.device, ("auto", "cpu", "cuda")),
                    "train.parallel": (t.parallel, ("none", "ddp", "fsdp"))}
         for k, (v, allowed) in choices.items():
             if v not in allowed:
@@ -334,9 +339,32 @@ def read_config_file(name_or_path: str | os.PathLike, _chain: tuple[str, ...] = 
             raise ConfigError(f"{p}: base: chain loops back on itself ({names})")
         if not isinstance(base, (str, os.PathLike)):
             raise ConfigError(f"{p}: base: must be a preset name or a YAML path, got {base!r}")
-        parent = read_config_file(base if Path(base).suffix else base, (*_chain, key))
+        parent = read_config_file(_base_path(p, base), (*_chain, key))
         d = _merge(parent, d)
     return d
+
+
+def _base_path(p: Path, base: str | os.PathLike) -> Path:
+    """Where the ``base:`` of the YAML file ``p`` lives: a relative path is read from ``p``'s own folder, never from
+    the current one (a stray file of the same name there used to be loaded silently); a bare name (no .yaml/.yml,
+    no folder) is a preset, or failing that a file of that name beside ``p``."""
+    b = Path(base)
+    if b.is_absolute():
+        return b
+    beside = p.parent / b
+    if b.suffix in (".yaml", ".yml") or os.sep in str(base) or "/" in str(base):
+        if not beside.is_file():
+            raise ConfigError(f"{p}: base: {str(base)!r} not found as {beside} (a relative base: is read from the "
+                              f"folder of the YAML that names it)")
+        return beside
+    # a bare name (presets include dotted ones such as 0.1b)
+    preset = CONFIG_DIR / f"{base}.yaml"
+    if preset.is_file():
+        return preset
+    if beside.is_file():
+        return beside
+    raise ConfigError(f"{p}: base: {str(base)!r} is neither a preset ({', '.join(preset_names())}) nor a file "
+                      f"beside it")
 
 
 def _merge(a: dict, b: dict) -> dict:

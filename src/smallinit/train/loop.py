@@ -55,7 +55,7 @@ from smallinit.model.moe import update_expert_bias
 from smallinit.train import distributed as dist_utils
 from smallinit.train.compile import compile_module, resolve_compile
 from smallinit.train.config import RunConfig, config_from_dict, save_config
-from smallinit.rundir import ORIGIN, run_data_path
+from smallinit.rundir import ORIGIN, data_mismatch, run_data_path
 from smallinit.train.host import prepare_cpu_process, restore_cpu_process
 from smallinit.train.schedule import lr_at
 from smallinit.device import resolve_device as _resolve_device
@@ -239,6 +239,10 @@ class Trainer:
         self.accum = c.train.batch_size // (W * mb)
 
         self.data = TokenData(self.data_path)
+        if self.resume:  # the data must still be the run's: same vocabulary and tokenizer, every id below it
+            why = data_mismatch(self.run_dir, self.data)
+            if why:
+                raise DataError(why)
         # the data decides the vocabulary; the model must cover the window length
         c.model.vocab_size = self.data.vocab_size
         c.model.max_seq_len = max(c.model.max_seq_len, c.data.seq_len)
@@ -249,6 +253,13 @@ class Trainer:
         self._check_data()
         self._check_memory()
         self.loader = BatchLoader(self.data.train, c.data.seq_len, c.train.batch_size, c.train.seed, bos_id=bos)
+        # train.dtype "auto" → "fp32"/"bf16" once per run (a resumed run keeps its own), before the seeded init draw:
+        # the measurement it may take gives the global RNG back untouched (rule, cache, what stays float32:
+        # train/precision.py)
+        from smallinit.train.precision import for_run
+
+        self.dtype_decision = for_run(c, self.device, mb, self.run_dir, self.resume)
+        c.train.dtype = self.dtype_decision.dtype
 
         torch.manual_seed(c.train.seed)
         model = Transformer(c.model).to(self.device)
@@ -278,7 +289,7 @@ class Trainer:
                                 f"data.tune_batches needs more than data.val_batches × batch_size = {need - 1}; lower "
                                 "data.val_batches / data.tune_batches or prepare a larger --val-fraction")
         if self.resume:
-            return  # checked when the run started; the token scan is not repeated
+            return  # the token scan ran in _setup (rundir.data_mismatch), before the data set the vocabulary
         for name, split in (("train", d.train), ("val", d.val)):
             top = _max_token(split)
             if top >= c.model.vocab_size:
@@ -325,8 +336,9 @@ class Trainer:
         if not self.dist.is_main:
             return
         save_config(self.cfg, self.run_dir / "config.yaml")
-        if not self.resume:  # where a relative data.path is relative to (rundir.run_data_path)
-            atomic_write_json(self.run_dir / ORIGIN, {"cwd": os.getcwd()})
+        if not self.resume:  # where a relative data.path is relative to (rundir.run_data_path); the dtype decision
+            atomic_write_json(self.run_dir / ORIGIN, {"cwd": os.getcwd(), "dtype": self.dtype_decision.to_dict()})
+        print(self.dtype_decision.line(), file=sys.stderr, flush=True)
         tok = self.data_path / "tokenizer.json"
         if tok.is_file():
             atomic_write_text(self.run_dir / "tokenizer.json", tok.read_text())
@@ -656,7 +668,8 @@ class Trainer:
         summary = {"completed": True, "step": self.step, "tokens": self.tokens_seen, "final_loss": last_record.get("loss"),
                    "final_val_loss": val_loss, "wall_time": self.wall_time(),
                    "params": self.model.num_params(), "non_embedding_params": self.model.num_params(non_embedding=True),
-                   "active_params": self.model.num_params(active=True)}
+                   "active_params": self.model.num_params(active=True), "dtype": c.train.dtype,
+                   "dtype_reason": self.dtype_decision.reason}
         summary = self._fill_summary(summary)
         if main:
             atomic_write_json(self.run_dir / "summary.json", summary)
