@@ -44,7 +44,7 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
     ax1.set_xlim(D[0] / 1.5, D[-1] * 4)  # also when no budget has finished yet
     ax1.set_xlabel("training tokens D")
     ax1.set_ylabel("annealed validation loss L(D)")
-    ax1.set_title("loss vs budget (dots: seeds; dashed: fit)")
+    ax1.set_title("L(D): dots = seeds, dashed = E + B·D^(−β)", fontsize=9)
     if ax1.get_legend_handles_labels()[0]:
         ax1.legend(fontsize=8)
     for i, (arm, a) in enumerate(result["analyses"].items(), start=1):
@@ -72,8 +72,8 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
     ax2.set_xlabel("training tokens D")
     ax2.set_ylabel(f"G(D) = L_{base} − L_arm  (> 0: arm ahead)")
     n_seeds = min((len(a["seeds"]) for a in result["analyses"].values()), default=0)
-    ax2.set_title("gap, seed-paired 95% t-intervals; dashed: c − a·D^(−b); dotted: declared" if n_seeds >= 2 else
-                  "gap (one seed: no interval); dashed: c − a·D^(−b)")
+    ax2.set_title("G(D) ± seed-paired 95% t; dashed = c − a·D^(−b); dotted = declared" if n_seeds >= 2 else
+                  "G(D) (one seed: no interval); dashed = c − a·D^(−b)", fontsize=9)
     if ax2.get_legend_handles_labels()[0]:
         ax2.legend(fontsize=8)
     return save_png(fig, path)
