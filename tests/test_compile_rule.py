@@ -36,7 +36,8 @@ def test_auto_stays_off_for_tests_and_short_runs():
         C.resolve_compile("sometimes", CPU, 10**6)
 
 
-def test_auto_turns_on_for_long_runs():
+def test_auto_turns_on_for_long_runs(monkeypatch):
+    monkeypatch.setattr(C, "cpu_build_blocker", lambda paths=None: None)  # whatever this checkout's path is
     assert C.resolve_compile("auto", CPU, C.AUTO_MIN_STEPS_CPU)
     assert C.resolve_compile("auto", CUDA, C.AUTO_MIN_STEPS_CUDA)
 
@@ -47,3 +48,13 @@ def test_compile_cache_dir(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert C.compile_cache_dir() == tmp_path / "xdg" / "smallinit" / "inductor"
+
+
+def test_auto_stays_eager_where_a_path_has_a_space():
+    """torch under '…/with space/…': inductor's unquoted C++ build fails (seen in CI's clone), so "auto" is eager
+    there; an ordinary path is no obstacle."""
+    from smallinit.train.compile import cpu_build_blocker
+
+    assert cpu_build_blocker(["/opt/venv/lib/python3.11/site-packages/torch", "/root/.cache/smallinit/inductor"]) is None
+    why = cpu_build_blocker(["/tmp/x/with space/smallinit/.venv/lib/python3.11/site-packages/torch", "/tmp/c"])
+    assert why and "with space" in why

@@ -41,8 +41,19 @@ def resolve_compile(setting: bool | str, device: torch.device, max_steps: int, m
     if device.type == "cuda":
         return max_steps >= AUTO_MIN_STEPS_CUDA
     if device.type == "cpu":
-        return not moe and max_steps >= AUTO_MIN_STEPS_CPU
+        return not moe and max_steps >= AUTO_MIN_STEPS_CPU and cpu_build_blocker() is None
     return False
+
+
+def cpu_build_blocker(paths: list[str] | None = None) -> str | None:
+    """Why torch.compile's CPU backend cannot build here, or None: inductor passes torch's include and library folders
+    and its cache folder to the C++ compiler unquoted, so a torch installed under a path with a space (a checkout in
+    ``…/with space/…``) fails with ``ld returned 1 exit status`` (torch 2.13). ``paths`` defaults to torch's own
+    folder and :func:`compile_cache_dir`; "auto" stays eager when this says why."""
+    if paths is None:
+        paths = [str(Path(torch.__file__).resolve().parent), str(compile_cache_dir())]
+    bad = [q for q in paths if any(ch.isspace() for ch in q)]
+    return f"a path with a space ({bad[0]}): inductor's C++ build does not quote it" if bad else None
 
 
 def compile_cache_dir() -> Path:
