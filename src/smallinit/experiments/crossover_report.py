@@ -63,8 +63,7 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
         if gf.get("c") is not None:
             ax2.plot(grid, gf["c"] - gf["a"] * grid ** -gf["b"], "--",
                      color=color(list(result["losses"]).index(arm)), lw=0.8)
-        j = a.get("judged")
-        if j is not None and a.get("declared_tokens"):
+        if a.get("declared_tokens"):
             ax2.axvline(a["declared_tokens"], color="0.5", lw=0.8, ls=":")
     ax2.axhline(0, color="k", lw=0.8)
     ax2.set_xscale("log")
