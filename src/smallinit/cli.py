@@ -29,6 +29,7 @@ VERBS: dict[str, str] = {
     "anchor": "anchor",
     "reproduce": "reproduce",
     "crossover": "crossover",
+    "crossover-widths": "crossover_widths",
     "doctor": "doctor",
     "init-report": "init_report",
     "audit": "audit",

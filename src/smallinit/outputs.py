@@ -50,6 +50,7 @@ _DIR_KINDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "scaling": (("scaling.json",),),
     "anchor": (("anchor.json",),),
     "crossover": (("crossover.spec.json",),),
+    "widths": (("widths.json",),),
     "audit": (("audit.json",),),
     "plot": (("index.html",),),  # last: a reproduce folder has an index.html too; ours carry GENERATOR
 }
@@ -75,7 +76,7 @@ KIND_NAMES = {"run": "a run directory", "data": "a prepared data directory", "ex
               "sweep": "a sweep folder", "reproduce": "a reproduce folder", "eval": "an eval results file",
               "probe": "a probe results file", "compare": "a compare folder", "scaling": "a scaling folder",
               "anchor": "an anchor run", "plot": "a plot folder", "crossover": "a crossover folder",
-              "audit": "an audit output"}
+              "audit": "an audit output", "widths": "a crossover-widths folder"}
 
 
 def output_kind(path: str | os.PathLike) -> str | None:

@@ -56,6 +56,31 @@ def paired_t_interval(diffs: Sequence[float], level: float = 0.95) -> Interval:
     return Interval(mean, mean - half, mean + half, f"t-interval over {k} seed-paired differences", k)
 
 
+def welch_t_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Interval:
+    """mean(a) − mean(b) ± t_{ν, (1+level)/2} · √(s_a²/n_a + s_b²/n_b), ν the Welch–Satterthwaite degrees of freedom
+    (s² with n − 1): two independent samples, e.g. the per-seed gaps of two model widths.
+
+    Needs ≥ 2 values in each sample for an interval (lo = hi = None otherwise)."""
+    from scipy.stats import t
+
+    x = np.asarray([v for v in a if v is not None and math.isfinite(v)], dtype=np.float64)
+    y = np.asarray([v for v in b if v is not None and math.isfinite(v)], dtype=np.float64)
+    if x.size == 0 or y.size == 0:
+        return Interval(None, None, None, "no data", int(x.size + y.size))
+    diff = float(x.mean() - y.mean())
+    if x.size < 2 or y.size < 2:
+        return Interval(diff, None, None, "fewer than 2 values in a sample: no Welch interval", int(x.size + y.size))
+    va, vb = float(x.var(ddof=1)) / x.size, float(y.var(ddof=1)) / y.size
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return Interval(diff, diff, diff, f"Welch t-interval over {x.size} + {y.size} values (no spread)",
+                        int(x.size + y.size))
+    nu = (va + vb) ** 2 / (va ** 2 / (x.size - 1) + vb ** 2 / (y.size - 1))
+    half = float(t.ppf(0.5 + level / 2.0, nu)) * se
+    return Interval(diff, diff - half, diff + half, f"Welch t-interval over {x.size} + {y.size} values (ν = {nu:.1f})",
+                    int(x.size + y.size))
+
+
 def cluster_bootstrap_ci(values: Any, clusters: Any, n_boot: int = 2000, level: float = 0.95,
                          seed: int = 0) -> Interval:
     """Percentile bootstrap of the mean of ``values``, resampling whole clusters (e.g. windows) with replacement.
