@@ -8,6 +8,7 @@ A run directory (written by :class:`smallinit.train.loop.Trainer`, or by the anc
     heatmaps/       row-cosine matrices          (smallinit.probes.training.read_heatmaps)
     summary.json    written when the run ends    read_json(rd / "summary.json")
     failed.json     written by a job runner when the run exited with an error
+    tb/, wandb/     experiment trackers' files (train.logger); wandb.json keeps the W&B run id
 
 :func:`run_state` says what a directory is (done / failed / partial / new), :func:`collect_run` the numbers
 every table wants, :func:`load_run` everything the plots want. Comparisons of configs (labels of overlaid
@@ -28,7 +29,8 @@ from smallinit.errors import RunDirError
 from smallinit.io import read_jsonl
 
 IGNORED_IN_COMPARISON: tuple[str, ...] = ("train.progress", "train.threads", "train.device", "train.tensorboard",
-                                          "train.keep_ckpts", "train.compile")
+                                          "train.keep_ckpts", "train.compile", "train.logger", "train.wandb_project",
+                                          "train.wandb_run_name", "train.wandb_entity")
 """Config keys that only concern how a run is executed, never what it learns or records: ignored whenever two
 run configs are compared."""
 

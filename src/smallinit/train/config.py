@@ -91,7 +91,20 @@ class TrainConfig:
     """Checkpoints kept on disk (the newest ones)."""
     ckpt_steps: list[int] = field(default_factory=list)
     """Further steps at which a checkpoint is always written and never pruned (cooldown branches start there)."""
+    logger: str = "none"
+    """Experiment tracker beside metrics.jsonl (rank 0 only; :mod:`smallinit.train.loggers`): "none",
+    "tensorboard" (RUN_DIR/tb/) or "wandb" (Weights & Biases: RUN_DIR/wandb/, the same W&B run continued by
+    ``--resume``; its mode comes from the environment, e.g. WANDB_MODE=offline; needs ``pip install
+    'smallinit[wandb]'``)."""
     tensorboard: bool = False
+    """Also log to TensorBoard (RUN_DIR/tb/), whatever ``logger`` says (the older switch; same as
+    ``logger=tensorboard``)."""
+    wandb_project: str = "smallinit"
+    """W&B project (``logger=wandb``)."""
+    wandb_run_name: str = ""
+    """W&B run name ("" = the run folder's name)."""
+    wandb_entity: str = ""
+    """W&B entity, a user or team ("" = W&B's default for the logged-in user)."""
     progress: bool = True
     """Show progress (rank 0 only): a bar when stderr is a terminal, else a plain line every
     ``progress_seconds`` (and at the first, evaluated and last steps)."""
@@ -162,12 +175,16 @@ class RunConfig:
             raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {list(o.betas)}")
         choices = {"optim.schedule": (o.schedule, ("cosine", "wsd", "constant")),
                    "train.dtype": (t.dtype, ("auto", "fp32", "bf16")), "train.device": (t.device, ("auto", "cpu", "cuda")),
-                   "train.parallel": (t.parallel, ("none", "ddp", "fsdp"))}
+                   "train.parallel": (t.parallel, ("none", "ddp", "fsdp")),
+                   "train.logger": (t.logger, ("none", "tensorboard", "wandb"))}
         for k, (v, allowed) in choices.items():
             if v not in allowed:
                 raise ConfigError(f"{k}: unknown value {v!r}; choose one of {', '.join(allowed)}")
         if not isinstance(t.compile, bool) and t.compile != "auto":
             raise ConfigError(f"train.compile: unknown value {t.compile!r}; choose one of true, false, auto")
+        if not t.wandb_project or any(ch in t.wandb_project for ch in "/\\#?%:"):
+            raise ConfigError(f"train.wandb_project must be a non-empty name without / \\ # ? % :, "
+                              f"got {t.wandb_project!r}")
         if any(s <= 0 for s in t.ckpt_steps):
             raise ConfigError(f"train.ckpt_steps must be steps > 0, got {list(t.ckpt_steps)}")
         if t.micro_batch_size and t.batch_size % t.micro_batch_size:

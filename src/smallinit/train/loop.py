@@ -7,7 +7,8 @@ validation, atomic checkpoints, exact resume, a divergence guard and optional DD
 Everything a run produces lives in its directory: ``config.yaml``, ``origin.json`` (the folder ``train`` ran in: a
 relative ``data.path`` resolves from it when the run is resumed elsewhere), ``tokenizer.json``, ``metrics.jsonl``,
 ``checkpoints/``, ``summary.json`` (written when the run completes), ``diverged.json`` (written when the run
-stopped on a non-finite or diverged loss) and whatever callbacks (probes) add.
+stopped on a non-finite or diverged loss), the experiment trackers' files (``tb/``; ``wandb/`` and ``wandb.json``:
+:mod:`smallinit.train.loggers`) and whatever callbacks (probes) add.
 
 Before the first step (and before the run directory is created) everything checkable is checked: the output
 folder (:mod:`smallinit.outputs`), both data splits hold a window of ``seq_len`` and the validation split the
@@ -55,6 +56,7 @@ from smallinit.model.moe import update_expert_bias
 from smallinit.train import distributed as dist_utils
 from smallinit.train.compile import compile_module, resolve_compile
 from smallinit.train.config import RunConfig, config_from_dict, save_config
+from smallinit.train.loggers import check_available as check_loggers, close_all, open_loggers
 from smallinit.rundir import ORIGIN, data_mismatch, run_data_path
 from smallinit.train.host import prepare_cpu_process, restore_cpu_process
 from smallinit.train.schedule import lr_at
@@ -529,6 +531,7 @@ class Trainer:
                 return {**done, "already_complete": True}
         self._cpu_settings = None
         try:
+            check_loggers(self.cfg.train)  # a missing tensorboard / wandb package: one line, nothing written
             self._setup()
             self._check_callbacks()
             self._prepare_run_dir()
@@ -576,13 +579,6 @@ class Trainer:
         c = self.cfg
         main = self.dist.is_main
         metrics_f = open(self.run_dir / "metrics.jsonl", "a") if main else None
-        tb = None
-        if c.train.tensorboard and main:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ConfigError("train.tensorboard=true needs the tensorboard package (pip install tensorboard)") from None
-            tb = SummaryWriter(str(self.run_dir / "tb"))
         progress = Progress(c.train.max_steps, self.step, enabled=c.train.progress and main,
                             seconds=c.train.progress_seconds)
         bar = progress
@@ -598,6 +594,15 @@ class Trainer:
         interval_time, interval_steps = 0.0, 0
         last_record: dict[str, Any] = {}
         val_loss = None
+        # experiment trackers (TensorBoard, W&B: train/loggers.py) attach here, from outside the model, on rank 0
+        try:
+            trackers = open_loggers(c, self.run_dir) if main else []
+        except BaseException:
+            bar.close()
+            if metrics_f:
+                metrics_f.close()
+            raise
+        exit_code = 1  # what the trackers are told when the loop stops early (W&B marks the run failed)
         try:
             while self.step < c.train.max_steps:
                 t0 = time.perf_counter()
@@ -636,10 +641,8 @@ class Trainer:
                     if main:
                         metrics_f.write(json.dumps(record) + "\n")
                         metrics_f.flush()
-                        if tb is not None:
-                            for k, v in record.items():
-                                if k != "step" and isinstance(v, (int, float)):
-                                    tb.add_scalar(k, v, s)
+                        for lg in trackers:
+                            lg.log(s, record)
                     last_record = record
                 bar.update(s, out["loss"], record)
                 if c.train.diverge_steps and streak >= c.train.diverge_steps:
@@ -658,12 +661,15 @@ class Trainer:
                     self.save()
                 if self._should_stop():
                     self._interrupted(streak)
+            exit_code = 0
+        except Interrupted as e:
+            exit_code = 128 + e.signum
+            raise
         finally:
             bar.close()
             if metrics_f:
                 metrics_f.close()
-            if tb is not None:
-                tb.close()
+            close_all(trackers, exit_code)
         self._callbacks("on_train_end")
         summary = {"completed": True, "step": self.step, "tokens": self.tokens_seen, "final_loss": last_record.get("loss"),
                    "final_val_loss": val_loss, "wall_time": self.wall_time(),
