@@ -229,3 +229,53 @@ def test_the_time_estimate_is_measured_in_the_runs_dtype(tiny_cfg, tmp_path, mon
     import pickle
 
     assert pickle.loads(pickle.dumps(g)).dtype == "bf16"
+
+
+def _parity_losses(shift_baseline: float, shift_paper: float, seeds: int = 3, noise: float = 0.01, jitter=0.001):
+    """Final losses per arm × dtype × seed: a per-seed level shared by both dtypes (the init draw and batches), the
+    paper arm 0.02 ahead, bf16 adding a per-arm shift and a little per-run jitter."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for arm, ahead, shift in (("baseline", 0.0, shift_baseline), ("paper", 0.02, shift_paper)):
+        level = rng.normal(0, noise, seeds)  # this arm's init draw per seed, the same in both dtypes
+        out[arm] = {"fp32": {s: 1.5 - ahead + level[s] + rng.normal(0, jitter) for s in range(seeds)},
+                    "bf16": {s: 1.5 - ahead + shift + level[s] + rng.normal(0, jitter) for s in range(seeds)}}
+    return out
+
+
+def test_bf16_that_moves_only_one_arm_keeps_claim_runs_in_fp32():
+    from smallinit.train.precision import loss_parity
+
+    res = loss_parity(_parity_losses(0.0, 0.03), "baseline", "paper")  # bf16 costs the small-init arm 0.03 nats
+    assert res["decision"] == "fp32 for claim runs"
+    assert res["gap_change"]["hi"] < 0 and res["per_arm"]["paper"]["lo"] > 0
+    assert res["gap_change"]["value"] == pytest.approx(-0.03, abs=0.005)
+
+
+def test_bf16_that_shifts_both_arms_alike_may_decide_claims():
+    from smallinit.train.precision import loss_parity
+
+    res = loss_parity(_parity_losses(0.01, 0.01), "baseline", "paper")
+    assert res["decision"] == "bf16 may decide claims"
+    assert res["gap_change"]["lo"] <= 0 <= res["gap_change"]["hi"]
+    assert res["per_arm"]["baseline"]["lo"] > 0  # both arms moved, the gap did not
+
+
+def test_bf16_parity_too_noisy_to_tell_is_not_resolved():
+    from smallinit.train.precision import loss_parity
+
+    res = loss_parity(_parity_losses(0.0, 0.0, noise=0.002, jitter=0.02), "baseline", "paper")
+    assert res["gap_change"]["lo"] <= 0 <= res["gap_change"]["hi"]  # no shift found, but no power either
+    assert res["decision"] == "not resolved"
+
+
+def test_parity_needs_two_seeds_in_every_cell():
+    from smallinit.train.precision import loss_parity
+
+    one = _parity_losses(0.0, 0.0, seeds=1)
+    assert loss_parity(one, "baseline", "paper")["decision"] == "not measured"
+    del one["paper"]["bf16"]
+    with pytest.raises(ValueError, match="no bf16 losses"):
+        loss_parity(one, "baseline", "paper")
