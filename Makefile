@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh clone:
 #   make demo   — the main job (reproduce --preset demo) on the built-in corpus
-#   make test   — the test suite
+#   make test   — the test suite (all of it: what CI runs)
+#   make test-fast — the suite without the `slow` marker, with the 15 slowest tests listed (the edit loop)
 PY      ?= python3
 # where pip finds torch: empty = pip's own configuration; for the CPU build from a stock PyPI set-up,
 #   make test TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu"
@@ -11,7 +12,7 @@ STAMP   := $(VENV)/.installed
 DATA    := data/stdlib
 DEMO    := out/demo
 
-.PHONY: demo test install bench clean
+.PHONY: demo test test-fast install bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +25,9 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m pytest -p no:cacheprovider
+
+test-fast: $(STAMP)
+	$(VPY) -m pytest -p no:cacheprovider -m "not slow" --durations=15
 
 demo: $(STAMP)
 	$(VPY) -m smallinit reproduce --preset demo --out $(DEMO) --corpus $(DATA)

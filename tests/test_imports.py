@@ -4,6 +4,11 @@ library never imports the command line (only cli.py, __main__.py and commands/ m
 from __future__ import annotations
 
 import ast
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,7 +101,7 @@ def test_the_checker_finds_a_cycle_and_resolves_relative_imports():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     graph = import_graph()
-    assert "smallinit.experiments.claims.rules" in graph["smallinit.experiments.claims.c01_loss"]
+    assert "smallinit.experiments.claims.rules" in graph["smallinit.experiments.claims.loss_claims"]
     assert "smallinit.rundir" in graph["smallinit.experiments.sweep"]
 
 
@@ -122,3 +127,45 @@ def test_no_module_of_the_experiments_package_over_500_lines():
     big = {str(f.relative_to(SRC)): n for f in (SRC / "smallinit" / "experiments").rglob("*.py")
            if (n := len(f.read_text().splitlines())) > 500}
     assert not big, big
+
+
+# ---- the claims package: a registry without import-time side effects, claims that never import each other ----
+
+CLAIMS_PKG = "smallinit.experiments.claims"
+CLAIM_MODULE = re.compile(rf"^{re.escape(CLAIMS_PKG)}\.c\d+_\w+$")
+
+
+def test_importing_the_claims_machinery_imports_no_claim_module():
+    """Importing the package, rules, context, plots or any other shared module of it (in a fresh interpreter) loads
+    no ``cNN_*`` claim module; only calling ``registry()`` (or reading ``CLAIMS``) does."""
+    shared = sorted(m for m in module_files() if (m == CLAIMS_PKG or m.startswith(CLAIMS_PKG + "."))
+                    and not CLAIM_MODULE.match(m))
+    assert f"{CLAIMS_PKG}.rules" in shared and f"{CLAIMS_PKG}.context" in shared
+    code = (f"import importlib, json, re, sys\n"
+            f"pat = re.compile({CLAIM_MODULE.pattern!r})\n"
+            f"loaded = lambda: sorted(m for m in sys.modules if pat.match(m))\n"
+            f"importlib.import_module({CLAIMS_PKG + '.rules'!r})\n"
+            f"after_rules = loaded()\n"
+            f"for m in {shared!r}: importlib.import_module(m)\n"
+            f"after_all = loaded()\n"
+            f"from {CLAIMS_PKG} import registry\n"
+            f"n = len(registry())\n"
+            f"print(json.dumps([after_rules, after_all, n, len(loaded())]))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert res.returncode == 0, res.stderr
+    after_rules, after_all, n, loaded = json.loads(res.stdout.strip().splitlines()[-1])
+    assert after_rules == [], f"importing {CLAIMS_PKG}.rules imported claim modules: {after_rules}"
+    assert after_all == [], f"importing {', '.join(shared)} imported claim modules: {after_all}"
+    assert n == loaded >= 11  # and registry() does import them all
+
+
+def test_claim_modules_never_import_each_other():
+    """Claims share code through the shared modules of the package (rules, context, plots, loss_claims), not
+    sideways; nor does a shared module import a claim (static: every import in the file, inside functions too)."""
+    graph = import_graph()
+    claims = {m for m in graph if CLAIM_MODULE.match(m)}
+    assert len(claims) >= 11
+    sideways = {m: sorted(graph[m] & claims) for m in sorted(graph)
+                if (m == CLAIMS_PKG or m.startswith(CLAIMS_PKG + ".")) and graph[m] & claims}
+    assert not sideways, f"imports of claim modules: {sideways}"

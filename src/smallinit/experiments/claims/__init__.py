@@ -15,8 +15,11 @@ A claim module ``cNN_<topic>.py`` in this package is the claim's whole story and
                             ``arms`` returned, ``ctx.runs/losses/probes/compare/loss_hw/anchor_results``), calls
                             ``judge``, draws its figures into ``ctx.out`` and returns ``ctx.result(...)``
 
-:func:`registry` imports every such module (sorted by ID); adding a claim is adding one file. The reproduction
-runs a claim when its ID is in the preset's ``claims`` and ``arms`` returns a mapping.
+:func:`registry` imports every such module (sorted by ID) when it is called, never at import time (``CLAIMS``, the
+claims' sentences, is computed on first access); adding a claim is adding one file. Claim modules share code through
+the modules beside them (:mod:`~smallinit.experiments.claims.rules`, ``context``, ``plots``, ``loss_claims``), never
+by importing each other. The reproduction runs a claim when its ID is in the preset's ``claims`` and ``arms`` returns
+a mapping.
 """
 
 from __future__ import annotations
@@ -50,8 +53,14 @@ def registry() -> dict[int, ModuleType]:
     return dict(sorted(mods.items()))
 
 
-CLAIMS: dict[int, str] = {cid: m.CLAIM for cid, m in registry().items()}
-"""{claim ID: the claim in one sentence}."""
+def __getattr__(name: str) -> dict[int, str]:
+    """``CLAIMS`` = {claim ID: the claim in one sentence}, built from :func:`registry` when first asked for (PEP 562):
+    importing this package, or a module of it, imports no claim module."""
+    if name == "CLAIMS":
+        claims = globals()["CLAIMS"] = {cid: m.CLAIM for cid, m in registry().items()}
+        return claims
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["CLAIMS", "Effect", "INCONCLUSIVE", "NOT_RUN", "NOT_SUPPORTED", "REQUIRED", "RULE", "SUPPORTED",
            "VERDICTS", "Verdict", "registry"]
