@@ -33,6 +33,7 @@ VERBS: dict[str, str] = {
     "doctor": "doctor",
     "init-report": "init_report",
     "audit": "audit",
+    "status": "status",
 }
 
 

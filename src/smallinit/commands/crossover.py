@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from smallinit.commands import cluster_options
+
 HELP = "train arms × seeds once each with cooldown branches at D/16 … D; fit L(D), the gap and the crossing budget"
 
 EPILOG = """\
@@ -17,6 +19,7 @@ examples:
       --config tiny --set data.path=data/en-bytes --enough 75 --seeds 5 --jobs 2 --out out/xover
   smallinit crossover ... --lrs 1e-3,3e-3,1e-2   # each arm's rate tuned first on D/4 WSD runs (own seed)
   smallinit crossover ... --dry-run      # the plan: runs, tokens, tokens per parameter, estimated time
+  smallinit crossover ... --launcher slurm --partition gpu --gpus-per-job 1 --time 240   # one SLURM job per run
 """
 
 
@@ -123,6 +126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads per run (default: the cores shared by the runs trained at once)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
+    cluster_options.add_arguments(p)
 
 
 def _fractions(text: str) -> list[float]:
@@ -154,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seeds < 1 or (args.jobs is not None and args.jobs < 1) or args.threads < 0:
         raise ConfigError("--seeds and --jobs must be >= 1 and --threads >= 0")
+    launcher = cluster_options.launcher(args, args.out, args.jobs)  # None: here; checked before any work
     arms = dict(parse_arm(a) for a in args.arms)
     if len(arms) != len(args.arms):
         raise ConfigError("two arms share a name")
@@ -172,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
         print_plan(spec, Path(args.out), args.threads or max(1, usable_cores() // jobs), jobs)
         return 0
     # each batch (tuning runs, trunks, branches) runs up to --jobs at a time, the cores shared among them
-    result = run_crossover(spec, args.out, workers=args.jobs or default_jobs(), threads=args.threads)
+    result = run_crossover(spec, args.out, workers=args.jobs or default_jobs(), threads=args.threads,
+                           launcher=launcher)
     for arm, a in result["analyses"].items():
         print(f"{arm} vs {spec.baseline}: {a['answer']}\n  verdict: {a['verdict']} — {a['reason']}")
     print(f"report: {Path(args.out) / 'crossover.md'}")

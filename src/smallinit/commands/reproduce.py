@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from smallinit.commands import cluster_options
+
 HELP = "run the experiments behind each claim of the paper and write a report with verdicts (report.md, index.html)"
 
 def _presets() -> str:
@@ -26,6 +28,8 @@ examples:
   smallinit reproduce --preset demo --out out/demo --corpus data/stdlib
   smallinit reproduce --preset cpu --out out/cpu --corpus data/stdlib-bytes   # prepared as the preset says (bytes)
   smallinit reproduce --preset gpu --out out/gpu --corpus data/corpus --dry-run
+  smallinit reproduce --preset gpu --out out/gpu --corpus data/corpus --launcher slurm --partition gpu \\
+      --gpus-per-job 1 --cpus-per-job 16 --time 2880   # on a SLURM cluster: docs/reproduce.md
 """
 
 
@@ -46,11 +50,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="size the crossover's token budget so that the whole plan fits H hours here (says what it chose)")
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that exited with an error")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated cost; run nothing")
+    cluster_options.add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from smallinit.experiments.reproduce import reproduce
 
+    launcher = cluster_options.launcher(args, args.out, args.jobs)  # None: here; checked before any work
     reproduce(args.preset, args.out, args.corpus, seeds=args.seeds, jobs=args.jobs, dry_run=args.dry_run,
-              gflops=args.gflops, retry_failed=args.retry_failed, hours=args.hours)
+              gflops=args.gflops, retry_failed=args.retry_failed, hours=args.hours, launcher=launcher)
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from smallinit.commands import cluster_options
+
 HELP = "run a grid (or list) of training runs from a sweep YAML, resumably; writes DIR/summary.csv and summary.md"
 
 EPILOG = """\
@@ -15,6 +17,7 @@ resumes interrupted ones from their last checkpoint.
 examples:
   smallinit sweep src/smallinit/configs/sweeps/example.yaml --out out/gamma-eps --jobs 2
   smallinit sweep my_sweep.yaml --out out/sweep --dry-run
+  smallinit sweep my_sweep.yaml --out out/sweep --launcher slurm --partition gpu --gpus-per-job 1
 """
 
 
@@ -30,6 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gflops", type=float, default=None,
                    help="this machine's training GFLOP/s for time estimates (default: measured in a few seconds)")
     p.add_argument("--dry-run", action="store_true", help="print the runs, their cost and the estimate; run nothing")
+    cluster_options.add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     check_gflops(args.gflops)
+    launcher = cluster_options.launcher(args, args.out, args.jobs)  # None: here; checked before any work
     spec = load_sweep(args.sweep)
     jobs = args.jobs or default_jobs(len(spec.runs))
     if args.dry_run:
@@ -60,5 +65,5 @@ def run(args: argparse.Namespace) -> int:
                   f"≈ {fmt_seconds(secs)}")
         print(f"total ≈ {fmt_seconds(wall_seconds(estimates, jobs))}")
         return 0
-    results = run_sweep(spec, args.out, jobs, retry_failed=args.retry_failed, gflops=args.gflops)
+    results = run_sweep(spec, args.out, jobs, retry_failed=args.retry_failed, gflops=args.gflops, launcher=launcher)
     return 0 if all(r.state == "done" for r in results.values()) else 1

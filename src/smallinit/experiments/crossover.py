@@ -280,7 +280,7 @@ def collect_tuning(spec: CrossoverSpec, out: Path) -> dict[str, dict[str, Any]]:
 
 
 def tune_learning_rates(spec: CrossoverSpec, out: Path, workers: int, threads: int,
-                        log: Callable[[str], None]) -> dict[str, float]:
+                        log: Callable[[str], None], launcher: Any = None) -> dict[str, float]:
     """Each arm's learning rate: every arm trains the same grid (``spec.lrs``) as :func:`tune_job` runs, and keeps the
     rate with the lowest ``tune_loss``. When any arm's winner is the grid's smallest (largest) value, the grid grows by
     one value a grid step below (above) *for every arm*, up to ``tune_extend`` times: the same grid and number of
@@ -291,7 +291,7 @@ def tune_learning_rates(spec: CrossoverSpec, out: Path, workers: int, threads: i
     extended = 0
     while True:
         jobs = [tune_job(spec, out, arm, lr) for arm in spec.arms for lr in grid]
-        done = execute(jobs, workers, log, threads)
+        done = execute(jobs, workers, log, threads, launcher=launcher)
         failed = [p for p, r in done.items() if r[0] == "failed"]
         if failed:
             raise RunDirError(f"tuning run {failed[0].relative_to(out)} failed: {done[failed[0]][1]} (rerun to retry)")
@@ -391,10 +391,10 @@ def _check_reuse(trunks: list[Job], branches: list[Job]) -> None:
 
 
 def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int = 1, threads: int = 0,
-                  log: Callable[[str], None] | None = None, n_boot: int = 300) -> dict[str, Any]:
+                  log: Callable[[str], None] | None = None, n_boot: int = 300, launcher: Any = None) -> dict[str, Any]:
     """Plan, train (tuning runs, trunks, then branches; ``workers`` processes at a time, each with ``threads`` torch
     threads — 0: the cores shared by the runs of each batch, see ``crossover_runs.batch_threads``), analyse and write
-    the report; returns the crossover.json content."""
+    the report; returns the crossover.json content. ``launcher``: the runs are cluster jobs (experiments.launcher)."""
     from smallinit.train.loop import RunLock
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -409,11 +409,11 @@ def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int 
     with RunLock(out):
         atomic_write_json(out / SPEC_FILE, spec.to_dict())
         if spec.lrs:
-            chosen = tune_learning_rates(spec, out, workers, threads, log)
+            chosen = tune_learning_rates(spec, out, workers, threads, log, launcher)
             log("[crossover] learning rates: " + ", ".join(f"{a} {lr:.3g}" for a, lr in chosen.items()))
             trunks, branches, budgets = plan_jobs(spec, out, lrs=chosen)
             _check_reuse(trunks, branches)
-        done = execute(trunks + branches, workers, log, threads)  # a trunk's branches start when it is done
+        done = execute(trunks + branches, workers, log, threads, launcher)  # a branch starts when its trunk is done
         result = analyse(spec, out, budgets, n_boot=n_boot)
         write_report(result, out)
     failed = [f"{p.relative_to(out)}: {r[1]}" for p, r in done.items() if r[0] == "failed"]

@@ -69,20 +69,27 @@ def run_state(run_dir: Path) -> str:
     return "partial" if s == "failed" else s
 
 
+def is_finished(job: Job) -> bool:
+    """Its run is done and as long as ``job`` asks: a finished trunk asked for more steps (a larger D) is not."""
+    from smallinit.rundir import read_json
+
+    if run_state(job.run_dir) != "done":
+        return False
+    if job.kind != "trunk":
+        return True
+    return (read_json(job.run_dir / "summary.json") or {}).get("step", 0) >= job.config["train"]["max_steps"]
+
+
 def run_job(job: Job) -> tuple[str, str | None]:
     """Train, resume or branch ``job`` to completion in this process; returns (state, error line)."""
     from smallinit.errors import Interrupted, SmallinitError
     from smallinit.experiments.job import resume_with_probes, train_with_probes
-    from smallinit.rundir import read_json
     from smallinit.train.config import config_from_dict
 
     state = run_state(job.run_dir)
-    extend = False
-    if state == "done" and job.kind == "trunk":
-        have = (read_json(job.run_dir / "summary.json") or {}).get("step", 0)
-        extend = have < job.config["train"]["max_steps"]  # a larger D: continue the constant-rate trunk
-    if state == "done" and not extend:
+    if state == "done" and is_finished(job):
         return "skipped", None
+    extend = state == "done"  # a larger D: continue the constant-rate trunk
     job.run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = open(job.run_dir.parent / f"{job.run_dir.name}.log", "a")
     try:
@@ -133,7 +140,7 @@ def assign_threads(jobs: list[Job], workers: int, threads: int = 0) -> None:
             train["threads"] = per_run
 
 
-def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: int = 0
+def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: int = 0, launcher: Any = None
             ) -> dict[Path, tuple[str, str | None]]:
     """Run ``jobs`` (``workers`` processes at a time; 1 = in this process) and return {run_dir: (state, error)}.
 
@@ -149,9 +156,13 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
     An interruption stops the whole batch, as in :class:`~smallinit.experiments.runner.JobRunner`: Ctrl-C (SIGINT to
     the process group) or SIGINT/SIGTERM to one worker makes its run checkpoint and report "interrupted"; the jobs
     not yet started are cancelled, the running ones are sent SIGINT (they checkpoint) and waited for, and
-    :class:`~smallinit.errors.Interrupted` is raised. A rerun resumes every interrupted run."""
+    :class:`~smallinit.errors.Interrupted` is raised. A rerun resumes every interrupted run.
+
+    ``launcher`` (a :class:`smallinit.experiments.launcher.Launcher`): the same jobs, submitted to a cluster."""
     from smallinit.errors import Interrupted
 
+    if launcher is not None:
+        return launcher.execute(jobs, log, threads)
     results: dict[Path, tuple[str, str | None]] = {}
     assign_threads(jobs, workers, threads)
     own = {j.run_dir for j in jobs}
@@ -219,4 +230,5 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
     return results
 
 
-__all__ = ["Job", "assign_threads", "batch_threads", "execute", "make_branch", "run_job", "run_state"]
+__all__ = ["Job", "assign_threads", "batch_threads", "execute", "is_finished", "make_branch", "run_job",
+           "run_state"]

@@ -170,7 +170,9 @@ class Reproduction:
         return plan
 
     # -- the run
-    def run(self, dry_run: bool = False) -> list[dict[str, Any]] | None:
+    def run(self, dry_run: bool = False, launcher: Any = None) -> list[dict[str, Any]] | None:
+        """Plan, train (the crossovers, phase 1, phase 2), analyse, report; ``launcher``
+        (:class:`~smallinit.experiments.launcher.Launcher`): every run and the analysis are cluster jobs."""
         t0 = time.time()
         if dry_run:
             corpus = Path(self.corpus_arg) if self.corpus_arg else self.out.parent / "data" / self.p.corpus.get("name", "data")
@@ -204,18 +206,18 @@ class Reproduction:
             from smallinit.experiments.crossover import run_crossover
 
             self.log(f"[reproduce] crossover: {len(xs.arms)} arms × {len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens")
-            run_crossover(xs, self.out / "crossover", workers=self.jobs, log=self.log)
+            run_crossover(xs, self.out / "crossover", workers=self.jobs, log=self.log, launcher=launcher)
             for xp in self.p.extra_crossovers:
                 from smallinit.experiments.crossover_plan import crossover_folder, spec_from_preset
 
                 self.log(f"[reproduce] {crossover_folder(xp)} (claim {xp.claim})")
                 run_crossover(spec_from_preset(self.p, corpus, xp), self.out / crossover_folder(xp), workers=self.jobs,
-                              log=self.log)
+                              log=self.log, launcher=launcher)
             self.timings["crossover"] = time.time() - t1
         self.log(f"[reproduce] phase 1/2: {len(plan.phase1)} runs")
         JobRunner(plan.phase1, self.jobs, inprocess=self.inprocess, retry_failed=self.retry_failed, log=self.log,
                   title=f"reproduce {self.p.name}", index_offset=0, total=n_total,
-                  later_seconds=phase_wall_seconds(plan.phase2_estimates, self.jobs)).run()
+                  later_seconds=phase_wall_seconds(plan.phase2_estimates, self.jobs), launcher=launcher).run()
         chosen, lr_tables = self._choose_lrs(plan)
         phase2 = phase2_jobs(plan, self.out, chosen, corpus, self.jobs)
         if 0 < len(phase2) < self.jobs:  # fewer runs than job slots: they share all the cores
@@ -223,8 +225,22 @@ class Reproduction:
         if phase2:
             self.log(f"[reproduce] phase 2/2: {len(phase2)} runs (extra seeds at the chosen learning rates)")
             JobRunner(phase2, self.jobs, inprocess=self.inprocess, retry_failed=self.retry_failed, log=self.log,
-                      title=f"reproduce {self.p.name}", index_offset=len(plan.phase1), total=n_total).run()
+                      title=f"reproduce {self.p.name}", index_offset=len(plan.phase1), total=n_total,
+                      launcher=launcher).run()
         self.timings["training"] = time.time() - t1
+        if launcher is None:
+            results = self.report(plan, chosen, lr_tables, corpus_info, t0)
+        else:  # the analysis loads the models (token-level comparisons): a job where the runs ran
+            results = launcher.call(self.report, plan, chosen, lr_tables, corpus_info, t0, name="analysis",
+                                    log=self.log)
+        self.log(claims_table_text(results))
+        self.log(f"[reproduce] report: {self.out / 'report.md'} and {self.out / 'index.html'} "
+                 f"(this invocation {fmt_seconds(time.time() - t0)})")
+        return results
+
+    def report(self, plan: Plan, chosen: dict[str, float | None], lr_tables: dict[str, dict[str, Any]],
+               corpus_info: dict[str, Any], t0: float) -> list[dict[str, Any]]:
+        """After every run: analyse each claim and write report.md, index.html, claims.json and timings.json."""
         t2 = time.time()
         self.log("[reproduce] analysing ...")
         results = analyse(self, plan, chosen)
@@ -239,9 +255,6 @@ class Reproduction:
         lr_plot = plot_lr_sweep(self.out, "lr_sweep.png", lr_tables) if len(self.p.lrs) > 1 else None
         write_report(self.out, preset=self.p, claims=results, lr_tables=lr_tables, regime=regime,
                      corpus=corpus_info, timings=self.timings, plan_text=self.describe_plan(plan), lr_plot=lr_plot)
-        self.log(claims_table_text(results))
-        self.log(f"[reproduce] report: {self.out / 'report.md'} and {self.out / 'index.html'} "
-                 f"(this invocation {fmt_seconds(time.time() - t0)})")
         return results
 
     def _choose_lrs(self, plan: Plan):
@@ -344,9 +357,11 @@ def claims_table_text(results: list[dict[str, Any]]) -> str:
 
 def reproduce(preset: str | Preset, out: str | os.PathLike, corpus: str | os.PathLike | None = None, *,
               seeds: int | None = None, jobs: int | None = None, dry_run: bool = False, gflops: float | None = None,
-              log: Callable[[str], None] | None = None, retry_failed: bool = False, hours: float | None = None):
+              log: Callable[[str], None] | None = None, retry_failed: bool = False, hours: float | None = None,
+              launcher: Any = None):
     """Run (or resume, or with ``dry_run`` only print) a reproduction of a named preset (or a :class:`Preset`);
-    returns the claims list (None for a dry run). ``hours``: size the crossover's budget to fit that many hours."""
+    returns the claims list (None for a dry run). ``hours``: size the crossover's budget to fit that many hours;
+    ``launcher``: run it on a cluster (:class:`~smallinit.experiments.launcher.Launcher`)."""
     from smallinit.outputs import check_out_dir
     from smallinit.train.loop import RunLock
 
@@ -365,7 +380,7 @@ def reproduce(preset: str | Preset, out: str | os.PathLike, corpus: str | os.Pat
         return rep.run(dry_run)
     Path(out).mkdir(parents=True, exist_ok=True)
     with RunLock(Path(out)):  # a second reproduce on the same folder is refused with the holder's pid
-        return rep.run(dry_run)
+        return rep.run(dry_run, launcher)
 
 
 __all__ = ["Reproduction", "analyse", "claims_table_text", "regime_rows", "reproduce"]

@@ -63,19 +63,23 @@ class JobRunner:
     the remaining work scaled by (actual / planned) of the jobs finished so far, scheduled ``parallel`` at a time
     in order (:func:`~smallinit.experiments.cost.wall_seconds`), plus ``later_seconds`` (the wall-clock planned
     after this runner, scaled alike).
+
+    ``launcher`` (a :class:`smallinit.experiments.launcher.Launcher`): the jobs to run are submitted to a cluster
+    at once instead, and reported as each ends; what is skipped, resumed, retried or failed stays as here.
     """
 
     def __init__(self, jobs: list[Job], parallel: int = 1, *, inprocess: bool = False, retry_failed: bool = False,
                  log: Callable[[str], None] | None = None, status_every: float = 60.0, title: str = "sweep",
                  on_finish: Callable[[Job, JobResult], None] | None = None, index_offset: int = 0,
-                 total: int | None = None, later_seconds: float = 0.0):
+                 total: int | None = None, later_seconds: float = 0.0, launcher: Any = None):
         if parallel < 1:
             raise ConfigError(f"--jobs must be >= 1, got {parallel}")
         names = [j.name for j in jobs]
         if len(set(names)) != len(names):
             raise ConfigError("two jobs share a name")
         self.jobs = jobs
-        self.parallel = 1 if inprocess else parallel
+        self.launcher = launcher
+        self.parallel = max(1, len(jobs)) if launcher is not None else 1 if inprocess else parallel
         self.inprocess = inprocess
         self.retry_failed = retry_failed
         self.log = log or (lambda s: print(s, flush=True))
@@ -211,6 +215,9 @@ class JobRunner:
             nf = sum(1 for r in self.results.values() if r.state == "failed")
             self.log(f"[{self.title}] {skipped}/{len(self.jobs)} already finished ({nf} failed earlier; "
                      f"{'retrying' if self.retry_failed else 'not retried'}) — skipped")
+        if pending and self.launcher is not None:
+            self.log(f"[{self.title}] {len(pending)} to run as cluster jobs")
+            return self._run_launched(pending, index, n)
         if pending:
             self.log(f"[{self.title}] {len(pending)} to run, {self.parallel} at a time; "
                      f"planned ≈ {fmt_seconds(self.eta(pending, {}))}")
@@ -261,6 +268,16 @@ class JobRunner:
                     proc.kill()
                     proc.wait()
             raise
+        return self.results
+
+    def _run_launched(self, pending: list[Job], index: dict[str, int], n: int) -> dict[str, JobResult]:
+        """``pending`` submitted through the launcher, each reported (and classified by :meth:`_finish`) as it ends."""
+        t0 = time.time()
+        resumed = {j.name: run_state(j.run_dir) == "partial" and j.resumable for j in pending}
+        left = list(pending)
+        for job, rc in self.launcher.run_jobs(pending, self.log):
+            left.remove(job)
+            self._report(self._finish(job, rc, t0, resumed[job.name]), index, n, left, {})
         return self.results
 
     def _report(self, res: JobResult, index, n, pending, running) -> None:

@@ -57,9 +57,10 @@ from smallinit.train.config import RunConfig
 SWEEP_KEYS = ("base", "overrides", "grid", "runs")
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._=,+\-]")
 MAX_NAME = 120
-RESERVED_NAMES = ("summary.csv", "summary.md", "jobs", "failed", "sweep.json")
-"""The sweep's own files and folders in OUT (``jobs/`` holds the runs' job files and logs): a run of that name
-would collide with them, so :func:`parse_sweep` refuses it up front (compared case-insensitively)."""
+RESERVED_NAMES = ("summary.csv", "summary.md", "jobs", "failed", "sweep.json", "cluster")
+"""The sweep's own files and folders in OUT (``jobs/`` holds the runs' job files and logs, ``cluster/`` the jobs of
+``--launcher slurm``): a run of that name would collide with them, so :func:`parse_sweep` refuses it up front
+(compared case-insensitively)."""
 
 
 # ---- the sweep file ----------------------------------------------------------------------------
@@ -289,9 +290,10 @@ def train_job(name: str, config: RunConfig, out_dir: Path, *, parallel: int = 1,
 
 def run_sweep(spec: SweepSpec, out_dir: str | os.PathLike, jobs: int = 1, *, retry_failed: bool = False,
               gflops: float | None = None, log: Callable[[str], None] | None = None,
-              inprocess: bool = False) -> dict[str, JobResult]:
+              inprocess: bool = False, launcher: Any = None) -> dict[str, JobResult]:
     """Run (or resume) every run of ``spec`` under ``out_dir``; write ``summary.csv`` and ``summary.md``
-    (also after each finished run, so the table is current if the sweep is stopped)."""
+    (also after each finished run, so the table is current if the sweep is stopped). ``launcher``: the runs are
+    cluster jobs (:class:`smallinit.experiments.launcher.Launcher`; no throughput is measured here for them)."""
     from smallinit.errors import ConfigError, DataError
     from smallinit.outputs import check_out_dir
     from smallinit.train.loop import RunLock
@@ -307,18 +309,19 @@ def run_sweep(spec: SweepSpec, out_dir: str | os.PathLike, jobs: int = 1, *, ret
                             "(no meta.json); run smallinit prepare")
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):  # a second sweep on the same folder is refused with the holder's pid
-        return _run_sweep_locked(spec, out, jobs, retry_failed, gflops, log, inprocess)
+        return _run_sweep_locked(spec, out, jobs, retry_failed, gflops, log, inprocess, launcher)
 
 
 def _run_sweep_locked(spec: SweepSpec, out: Path, jobs: int, retry_failed: bool, gflops: float | None,
-                      log: Callable[[str], None] | None, inprocess: bool) -> dict[str, JobResult]:
+                      log: Callable[[str], None] | None, inprocess: bool, launcher: Any = None
+                      ) -> dict[str, JobResult]:
     log = log or (lambda s: print(s, flush=True))
     before = read_json(out / "sweep.json") or {}
     gone = sorted({r.get("name") for r in before.get("runs", []) if isinstance(r, dict)} - {r.name for r in spec.runs})
     if gone:  # another sweep's folder: its runs would drop out of the summary (a grid may grow, not change)
         raise ConfigError(f"{out} holds another sweep (from {before.get('source')}; its runs {', '.join(gone[:3])}"
                           f"{' …' if len(gone) > 3 else ''} are not in {spec.source}); choose another --out")
-    if gflops is None:
+    if gflops is None and launcher is None:
         gflops = measure_gflops(spec.runs[0].config, threads=default_threads(jobs))
         log(f"[sweep] measured {gflops:.1f} GFLOP/s on this machine in {getattr(gflops, 'dtype', 'fp32')} (for the "
             "time estimates)")
@@ -329,7 +332,8 @@ def _run_sweep_locked(spec: SweepSpec, out: Path, jobs: int, retry_failed: bool,
     def refresh(job: Job, res: JobResult) -> None:
         write_summary(spec, out)
 
-    runner = JobRunner(job_list, jobs, inprocess=inprocess, retry_failed=retry_failed, log=log, on_finish=refresh)
+    runner = JobRunner(job_list, jobs, inprocess=inprocess, retry_failed=retry_failed, log=log, on_finish=refresh,
+                       launcher=launcher)
     results = runner.run()
     write_summary(spec, out)
     done = sum(1 for r in results.values() if r.state == "done")
