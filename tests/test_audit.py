@@ -279,7 +279,7 @@ def _write_hf_config(folder, **over):
 
 
 def test_hf_folder_with_only_a_config_audits_without_network(tmp_path, no_network):
-    from smallinit.audit_targets import load_target
+    from smallinit.audit.targets import load_target
 
     folder = _write_hf_config(tmp_path / "llama-like")
     tgt = load_target(str(folder))
@@ -317,7 +317,7 @@ def test_cli_audits_a_qwen_style_config_with_widths(tmp_path, no_network, capsys
 
 
 def test_width_scaling_keeps_head_dim():
-    from smallinit.audit_targets import scale_hf_config, scale_model_config
+    from smallinit.audit.targets import scale_hf_config, scale_model_config
 
     q = transformers.Qwen2Config(hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
                                  num_key_value_heads=4, num_hidden_layers=28, vocab_size=152064)

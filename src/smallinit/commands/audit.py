@@ -47,7 +47,7 @@ def _widths(text: str | None) -> list[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     from smallinit.audit import audit, audit_widths, check_out_dir
-    from smallinit.audit_targets import DEFAULT_BLOCKS, DEFAULT_MAX_PARAMS, load_target
+    from smallinit.audit.targets import DEFAULT_BLOCKS, DEFAULT_MAX_PARAMS, load_target
     from smallinit.errors import ConfigError
     from smallinit.init import check_gamma
 
