@@ -645,7 +645,7 @@ def test_compare_models_bins_by_the_mean_loss_of_several_references(monkeypatch)
         x, y = scored[str(run_a)]
         return compare.TokenScores(x, y, pos, win, np.array(["unknown"] * n), {"run_a": str(run_a)})
 
-    monkeypatch.setattr(compare, "score_models", fake)
+    monkeypatch.setattr(compare.runs, "score_models", fake)  # compare_models calls it from compare/runs.py
     res = compare.compare_models("a", "b", reference=["r1", "r2"], n_boot=50, by_window=True)
     want = compare.compare_token_scores(la, lb, reference_logp=(r1 + r2) / 2, windows=win, n_boot=50)
     assert res["edges"] == want["edges"] and res["setup"]["reference"] == ["r1", "r2"]
