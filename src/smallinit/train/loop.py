@@ -10,21 +10,22 @@ relative ``data.path`` resolves from it when the run is resumed elsewhere), ``to
 stopped on a non-finite or diverged loss), the experiment trackers' files (``tb/``; ``wandb/`` and ``wandb.json``:
 :mod:`smallinit.train.loggers`) and whatever callbacks (probes) add.
 
-Before the first step (and before the run directory is created) everything checkable is checked: the output
-folder (:mod:`smallinit.outputs`), both data splits hold a window of ``seq_len`` and the validation split the
-evaluated windows, every token id is below the vocabulary, callbacks' own ``check(trainer)`` (probe matrix
-names), and the memory estimate of a step (:func:`memory_estimate`) against the machine's memory. A failing
-check leaves no folder behind.
+``Trainer.run()`` is the loop: build (:meth:`Trainer._setup`), resume, then for each step: batch →
+forward/backward → clip → optimizer step (:meth:`Trainer.train_step`) → log / evaluate / checkpoint
+(:meth:`Trainer._loop`), then the summary. The pieces around it, one job each (their functions take the trainer
+as first argument):
 
-Divergence watch: a step whose loss exceeds max(ln V, L₁) + ``train.diverge_margin`` (V the vocabulary; ln V is
-the loss of a uniform guess, about where training starts; L₁ the run's first-step loss, far above ln V when the
-init is large, e.g. γ = 0.25) counts as diverged; ``train.diverge_steps`` consecutive diverged steps stop the run
-like a NaN does (DivergenceError naming the first diverged step). L₁ is kept in the checkpoints, so a resumed run
-draws the same line. While the loss is above that line no checkpoint is written, so pruning can never remove the
-newest checkpoint from before it.
+    checks         everything checkable before the first step (data, memory, callbacks); a failing check leaves
+                   no folder behind
+    run_dir        the run lock (RunLock), the output folder, the files written at the start
+    checkpointing  save, restore (exact resume), metrics.jsonl cut back to the resumed step
+    validation     val_loss / tune_loss
+    divergence     the divergence watch (max(ln V, L₁) + train.diverge_margin) and diverged.json
+    signals        SIGINT/SIGTERM: the step in progress finishes, a checkpoint is written, and
+                   :class:`~smallinit.errors.Interrupted` is raised (``smallinit train`` then exits 130 / 143)
+    progress       the progress bar / line on stderr
+    summary        summary.json
 
-SIGINT/SIGTERM: the step in progress finishes, a checkpoint is written, and :class:`~smallinit.errors.Interrupted`
-is raised (``smallinit train`` then exits 130 / 143 with one line).
 Callbacks are duck-typed objects with any of ``on_train_start(trainer)``,
 ``on_loss(trainer, step, loss) -> loss``, ``on_before_optimizer_step(trainer, step)``,
 ``on_step_end(trainer, step, record)`` and ``on_train_end(trainer)``.
@@ -33,34 +34,37 @@ Callbacks are duck-typed objects with any of ``on_train_start(trainer)``,
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
-import signal
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from smallinit.checkpoint import (latest_good_checkpoint, list_checkpoints, read_checkpoint,
-                                  remove_partial_checkpoints, save_checkpoint)
-from smallinit.errors import CheckpointError, ConfigError, DataError, DivergenceError, Interrupted, RunDirError
-from smallinit.io import atomic_write_json, atomic_write_text, read_jsonl
+from smallinit.device import resolve_device as _resolve_device
+from smallinit.errors import ConfigError, DataError, DivergenceError, Interrupted, RunDirError
 from smallinit.model import ModelConfig, Transformer
 from smallinit.model.moe import update_expert_bias
+from smallinit.rundir import data_mismatch, run_data_path
 from smallinit.train import distributed as dist_utils
+from smallinit.train.checkpointing import restore, save
+from smallinit.train.checks import check_callbacks, check_data, check_memory, machine_memory, memory_estimate
 from smallinit.train.compile import compile_module, resolve_compile
-from smallinit.train.config import RunConfig, config_from_dict, save_config
-from smallinit.train.loggers import check_available as check_loggers, close_all, open_loggers
-from smallinit.rundir import ORIGIN, data_mismatch, run_data_path
+from smallinit.train.config import RunConfig, config_from_dict
+from smallinit.train.divergence import DivergenceWatch
 from smallinit.train.host import prepare_cpu_process, restore_cpu_process
+from smallinit.train.loggers import check_available as check_loggers, close_all, open_loggers
+from smallinit.train.progress import Progress
+from smallinit.train.run_dir import RunLock, prepare_run_dir, write_run_files
 from smallinit.train.schedule import lr_at
-from smallinit.device import resolve_device as _resolve_device
+from smallinit.train.signals import SAME_STOP_SECONDS, interrupt, should_stop, stop_signals
+from smallinit.train.summary import completed_summary, write_summary
+from smallinit.train.validation import eval_losses, evaluate
+
+__all__ = ["Progress", "RunLock", "SAME_STOP_SECONDS", "Trainer", "machine_memory", "memory_estimate", "param_groups",
+           "resolve_device", "resume", "train"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -79,73 +83,6 @@ def param_groups(model: torch.nn.Module, weight_decay: float, decay_embeddings: 
         else:
             decay.append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def memory_estimate(cfg: RunConfig, micro_batch: int) -> int:
-    """Bytes one process needs for a training step (an estimate, used to refuse a batch that cannot fit):
-
-        params · 16                      fp32 weights, gradients, AdamW m and v
-      + L · b · T · d · (34 + 5·H·T/d) · w    activations kept for backward per block (Korthikanti et al.)
-      + b · T · V · 12                  logits, their float32 copy and gradient
-
-    with b = micro-batch, T = seq_len, d = d_model, H = heads, L = layers, V = vocab, w = 2 bytes per value in
-    float32 (the formula counts 16-bit values) and 1 under bf16 autocast."""
-    m = cfg.model
-    T, b = cfg.data.seq_len, micro_batch
-    w = 1 if cfg.train.dtype == "bf16" else 2
-    params = m.num_params()
-    act = m.n_layers * b * T * m.d_model * (34 + 5 * m.n_heads * T / m.d_model) * w
-    return int(params * 16 + act + b * T * m.vocab_size * 12)
-
-
-def machine_memory(device: torch.device) -> int | None:
-    """Total memory of ``device`` in bytes (physical RAM for the CPU), or None when unknown."""
-    try:
-        if device.type == "cuda":
-            return int(torch.cuda.get_device_properties(device).total_memory)
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError, RuntimeError):
-        return None
-
-
-def _max_token(tokens, chunk: int = 1 << 24) -> int:
-    """The largest token id of a (memory-mapped) array, read in chunks; -1 when empty."""
-    top = -1
-    for i in range(0, len(tokens), chunk):
-        top = max(top, int(tokens[i:i + chunk].max()))
-    return top
-
-
-def _fmt_bytes(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
-
-
-class RunLock:
-    """An exclusive, non-blocking ``flock`` on ``RUN_DIR/.lock``: a second process on the same run refuses."""
-
-    def __init__(self, run_dir: Path):
-        self.path = run_dir / ".lock"
-        self.fd: int | None = None
-
-    def __enter__(self) -> "RunLock":
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(self.fd)
-            self.fd = None
-            raise RunDirError(f"{self.path.parent} is in use by another process (pid {other}); "
-                              "wait for it or choose another directory") from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
 
 
 class Trainer:
@@ -252,8 +189,8 @@ class Trainer:
         self.model_cfg: ModelConfig = c.model
         bos = self.data.bos_id if c.data.bos else None
         self.bos_id = bos
-        self._check_data()
-        self._check_memory()
+        check_data(self)  # before the folder exists (train/checks.py)
+        check_memory(self)
         self.loader = BatchLoader(self.data.train, c.data.seq_len, c.train.batch_size, c.train.seed, bos_id=bos)
         # train.dtype "auto" → "fp32"/"bf16" once per run (a resumed run keeps its own), before the seeded init draw:
         # the measurement it may take gives the global RNG back untouched (rule, cache, what stays float32:
@@ -276,143 +213,14 @@ class Trainer:
         self.compiled = resolve_compile(c.train.compile, self.device, c.train.max_steps, c.model.moe.enabled)
         self.forward = compile_module(self.wrapped) if self.compiled else self.wrapped
 
-    def _check_data(self) -> None:
-        """Everything about the data that would otherwise fail after training steps: a window of seq_len in
-        each split, enough validation windows for data.val_batches (+ tune_batches), token ids < vocab."""
-        from smallinit.data.loader import val_offsets
-
-        c, d = self.cfg, self.data
-        d.check_seq_len(c.data.seq_len, bos=self.bos_id is not None)
-        n_val = len(val_offsets(len(d.val), c.data.seq_len, self.bos_id))
-        if c.data.tune_batches:
-            need = c.data.val_batches * c.train.batch_size + 1  # the tune windows follow the val windows
-            if n_val < need:
-                raise DataError(f"{d.path}: the validation split holds {n_val} windows of seq_len {c.data.seq_len}; "
-                                f"data.tune_batches needs more than data.val_batches × batch_size = {need - 1}; lower "
-                                "data.val_batches / data.tune_batches or prepare a larger --val-fraction")
-        if self.resume:
-            return  # the token scan ran in _setup (rundir.data_mismatch), before the data set the vocabulary
-        for name, split in (("train", d.train), ("val", d.val)):
-            top = _max_token(split)
-            if top >= c.model.vocab_size:
-                raise DataError(f"{d.path}: {name}.bin holds token id {top}, but the vocabulary (meta.json "
-                                f"vocab_size) is {c.model.vocab_size}; the data is damaged or was prepared with "
-                                "another tokenizer: prepare it again")
-
-    def _check_memory(self) -> None:
-        """Refuse a step whose estimated memory (:func:`memory_estimate`) exceeds the device's total memory."""
-        need = memory_estimate(self.cfg, self.micro_batch)
-        have = machine_memory(self.device)
-        if have is not None and need > have:
-            raise ConfigError(f"a training step needs about {_fmt_bytes(need)} (micro-batch {self.micro_batch} × "
-                              f"seq_len {self.cfg.data.seq_len}, {self.cfg.model.num_params():,} parameters), more "
-                              f"than this {self.device.type}'s {_fmt_bytes(have)}; lower train.batch_size (or set "
-                              "train.micro_batch_size), data.seq_len or the model size")
-
-    def _check_callbacks(self) -> None:
-        """Callbacks' own up-front checks (``check(trainer)``, e.g. probe matrix names), before the folder exists."""
-        for cb in self.callbacks:
-            fn = getattr(cb, "check", None)
-            if fn is not None:
-                fn(self)
-
-    def _prepare_run_dir(self) -> None:
-        rd = self.run_dir
-        if self.dist.is_main:
-            if not self.resume:
-                self._check_out_dir()
-            rd.mkdir(parents=True, exist_ok=True)
-        dist_utils.barrier(self.dist)
-
-    def _check_out_dir(self) -> None:
-        """The output-folder policy (:mod:`smallinit.outputs`) for a new run: RUN_DIR absent or empty, never
-        the data folder (or inside it, or holding it), never a folder that holds something else."""
-        from smallinit.outputs import check_out_dir
-
-        try:
-            check_out_dir(self.run_dir, "run", inputs=[self.cfg.data.path], verb="train", has_force=False)
-        except ConfigError as e:
-            raise RunDirError(str(e)) from None
-
-    def _write_run_files(self) -> None:
-        if not self.dist.is_main:
-            return
-        save_config(self.cfg, self.run_dir / "config.yaml")
-        if not self.resume:  # where a relative data.path is relative to (rundir.run_data_path); the dtype decision
-            atomic_write_json(self.run_dir / ORIGIN, {"cwd": os.getcwd(), "dtype": self.dtype_decision.to_dict()})
-        print(self.dtype_decision.line(), file=sys.stderr, flush=True)
-        tok = self.data_path / "tokenizer.json"
-        if tok.is_file():
-            atomic_write_text(self.run_dir / "tokenizer.json", tok.read_text())
-
-    def _restore(self) -> None:
-        if self.dist.is_main:
-            remove_partial_checkpoints(self.run_dir)  # a killed write's leftovers (we hold the lock)
-        ckpt = latest_good_checkpoint(self.run_dir)
-        if ckpt is None:
-            bad = list_checkpoints(self.run_dir)
-            if bad:  # never restart from scratch silently over a run whose checkpoints are all damaged
-                raise CheckpointError(f"{self.run_dir}: none of the {len(bad)} checkpoint(s) verifies (newest: "
-                                      f"{bad[-1].name}); see `smallinit doctor {self.run_dir}`, or delete "
-                                      f"{self.run_dir / 'checkpoints'} to start over")
-            if (self.run_dir / "metrics.jsonl").exists() and self.dist.is_main:
-                (self.run_dir / "metrics.jsonl").unlink()  # nothing was saved: start over cleanly
-            return
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                             set_optimizer_state_dict)
-
-        data = read_checkpoint(ckpt)
-        tensors = data["model"]
-        if self.model_cfg.tie_embeddings:
-            tensors = {**tensors, "lm_head.weight": tensors["tok_emb.weight"]}
-        opts = StateDictOptions(full_state_dict=True)
-        try:
-            set_model_state_dict(self.model, tensors, options=opts)
-        except RuntimeError as e:  # shapes or names differ: config.yaml no longer describes the checkpointed model
-            first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln or "key" in ln), "")
-            raise CheckpointError(f"{ckpt}: its weights do not fit the model of {self.run_dir / 'config.yaml'} "
-                                  f"({first[:160]}); was config.yaml edited? Restore it (the checkpoint keeps its "
-                                  "own copy) or start a new run") from None
-        set_optimizer_state_dict(self.model, self.optimizer, data["optim"]["optimizer"], options=opts)
-        torch.set_rng_state(data["optim"]["rng_cpu"])
-        self.step = int(data["state"]["step"])
-        self._wall_before = float(data["state"].get("wall_time", 0.0))  # wall time accumulates across resumes
-        self._first_loss = data["state"].get("first_loss")  # the divergence line's start (None: older checkpoints)
-        self._t_start = time.time()
-        self._truncate_metrics(self.step)
-
-    def _truncate_metrics(self, step: int) -> None:
-        """Drop metric lines logged after the checkpoint we resume from (they will be logged again)."""
-        path = self.run_dir / "metrics.jsonl"
-        if not self.dist.is_main or not path.exists():
-            return
-        keep = []
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                if json.loads(line)["step"] <= step:
-                    keep.append(line)
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn last line from a kill (or any line that is not a record): dropped
-        atomic_write_text(path, "".join(l + "\n" for l in keep))
 
     def save(self) -> Path | None:
-        """Write a checkpoint of the current step (collective under FSDP; rank 0 writes)."""
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                             get_optimizer_state_dict)
+        """Write a checkpoint of the current step (collective under FSDP; rank 0 writes; train/checkpointing.py)."""
+        return save(self)
 
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        msd = get_model_state_dict(self.model, options=opts)
-        osd = get_optimizer_state_dict(self.model, self.optimizer, options=opts)
-        path = None
-        if self.dist.is_main:
-            tied = ("lm_head.weight",) if self.model_cfg.tie_embeddings else ()
-            state = {"tokens": self.tokens_seen, "loader": self.loader.state_dict(), "world_size": self.dist.world_size,
-                     "wall_time": self.wall_time(), "first_loss": self._first_loss}
-            path = save_checkpoint(self.run_dir, self.step, msd, {"optimizer": osd, "rng_cpu": torch.get_rng_state()},
-                                   state, self.cfg.to_dict(), keep=self.cfg.train.keep_ckpts, tied_keys=tied,
-                                   keep_steps=tuple(self.cfg.train.ckpt_steps))
-        dist_utils.barrier(self.dist)
-        return path
+    def completed_summary(self) -> dict[str, Any] | None:
+        """The run's summary.json when the run is complete at ``train.max_steps``, else None (train/summary.py)."""
+        return completed_summary(self)
 
     # ---- the loop -------------------------------------------------------------------------------------
     @property
@@ -422,35 +230,9 @@ class Trainer:
     def wall_time(self) -> float:
         return self._wall_before + (time.time() - self._t_start)
 
-    @torch.no_grad()
     def evaluate(self, n_batches: int | None = None, skip_batches: int = 0) -> float:
-        """Mean next-token loss over a fixed, ordered set of validation windows (rank-strided, then averaged)."""
-        from smallinit.data import val_batches
-
-        c = self.cfg
-        n = c.data.val_batches if n_batches is None else n_batches
-        self.wrapped.eval()
-        total = torch.zeros(2, dtype=torch.float64, device=self.device)
-        it = val_batches(self.data.val, c.data.seq_len, self.micro_batch,
-                         max_batches=(skip_batches + n) * (c.train.batch_size // self.micro_batch), bos_id=self.bos_id)
-        per = c.train.batch_size // self.micro_batch
-        for i, (x, y) in enumerate(it):
-            if i < skip_batches * per or i % self.dist.world_size != self.dist.rank:
-                continue
-            with self.autocast():
-                logits = self.forward(x.to(self.device))
-            loss = F.cross_entropy(logits.float().flatten(0, 1), y.to(self.device).flatten(), reduction="sum")
-            total += torch.stack([loss.double(), torch.tensor(y.numel(), dtype=torch.float64, device=self.device)])
-        if self.dist.enabled:
-            torch.distributed.all_reduce(total)
-        self.wrapped.train()
-        if total[1].item() == 0:
-            from smallinit.errors import DataError
-
-            raise DataError(f"the validation split of {self.data_path} has no windows for batches "
-                            f"{skip_batches}..{skip_batches + n - 1} at seq_len {c.data.seq_len}; "
-                            "lower data.val_batches / data.tune_batches or prepare a larger --val-fraction")
-        return (total[0] / total[1]).item()
+        """Mean next-token loss over a fixed, ordered set of validation windows (train/validation.py)."""
+        return evaluate(self, n_batches, skip_batches)
 
     def _micro_step_context(self, last: bool):
         if last or not self.dist.enabled:
@@ -503,28 +285,12 @@ class Trainer:
         self.step += 1
         return {"loss": loss_v, "grad_norm": gn, "lr": lr, "aux_loss": aux_v}
 
-    def completed_summary(self) -> dict[str, Any] | None:
-        """The run's summary.json when the run is complete: the summary says so at (or beyond) ``train.max_steps``
-        and the newest checkpoint that verifies is that final step (a damaged final checkpoint is recomputed from
-        the one before by an ordinary resume). Else None."""
-        try:
-            s = json.loads((self.run_dir / "summary.json").read_text())
-        except (OSError, ValueError):
-            return None
-        if not (isinstance(s, dict) and s.get("completed") and isinstance(s.get("step"), int)
-                and s["step"] >= self.cfg.train.max_steps):
-            return None
-        good = latest_good_checkpoint(self.run_dir)
-        if good is None or int(good.name[5:]) != s["step"]:
-            return None
-        return s
-
     def run(self) -> dict[str, Any]:
         """Train to ``train.max_steps``; returns the summary. Resuming a run that is already complete at its
         ``max_steps`` changes nothing and returns its summary with ``"already_complete": True``."""
         self._t_start = time.time()
         self._wall_before = 0.0
-        self._first_loss: float | None = None  # step 1's loss: where the divergence line starts (_restore sets it)
+        self._first_loss: float | None = None  # step 1's loss: where the divergence line starts (restore sets it)
         if self.resume:
             done = self.completed_summary()
             if done is not None:
@@ -533,60 +299,27 @@ class Trainer:
         try:
             check_loggers(self.cfg.train)  # a missing tensorboard / wandb package: one line, nothing written
             self._setup()
-            self._check_callbacks()
-            self._prepare_run_dir()
+            check_callbacks(self)
+            prepare_run_dir(self)
             lock = RunLock(self.run_dir) if self.dist.is_main else contextlib.nullcontext()
             try:
-                with lock, self._signals():
+                with lock, stop_signals(self):  # SIGINT/SIGTERM: stop at the next step boundary (train/signals.py)
                     if self.resume:
-                        self._restore()
-                    self._write_run_files()
+                        restore(self)  # the newest good checkpoint, exactly (train/checkpointing.py)
+                    write_run_files(self)
                     return self._loop()
             finally:
                 dist_utils.teardown()
         finally:
             restore_cpu_process(self._cpu_settings)  # the caller's thread gets IEEE subnormals back (train/host.py)
 
-    @contextlib.contextmanager
-    def _signals(self):
-        """SIGINT/SIGTERM set a flag that the loop honours at the next step boundary (checkpoint, then
-        :class:`Interrupted`); a second SIGINT interrupts at once — unless it comes within
-        :data:`SAME_STOP_SECONDS` of the first: Ctrl-C under a sweep reaches a run twice (the terminal signals the
-        whole process group and the runner forwards its own), and that is still one request to stop cleanly.
-        Only in the main thread."""
-        self._stop_signal: int | None = None
-        first = [0.0]
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum, frame):
-            if self._stop_signal is not None:
-                if signum == signal.SIGINT and time.monotonic() - first[0] > SAME_STOP_SECONDS:
-                    raise KeyboardInterrupt
-                return
-            self._stop_signal = signum
-            first[0] = time.monotonic()
-
-        old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, h in old.items():
-                signal.signal(sig, h)
-
     def _loop(self) -> dict[str, Any]:
         c = self.cfg
         main = self.dist.is_main
         metrics_f = open(self.run_dir / "metrics.jsonl", "a") if main else None
-        progress = Progress(c.train.max_steps, self.step, enabled=c.train.progress and main,
-                            seconds=c.train.progress_seconds)
-        bar = progress
-        def divergence_line() -> float:  # max(ln V, L1) + margin (module docstring)
-            return max(math.log(self.model_cfg.vocab_size), self._first_loss or 0.0) + c.train.diverge_margin
-
-        threshold = divergence_line()
-        streak = 0  # consecutive steps with loss above `threshold`
+        bar = Progress(c.train.max_steps, self.step, enabled=c.train.progress and main,
+                       seconds=c.train.progress_seconds)
+        watch = DivergenceWatch(self)  # the divergence line and the streak of steps above it (train/divergence.py)
         self.model.train()
         self._callbacks("on_train_start")
         flops_tok = self.model.flops_per_token(c.data.seq_len)
@@ -609,7 +342,7 @@ class Trainer:
                 try:
                     out = self.train_step()
                 except DivergenceError as e:
-                    self._write_diverged("non-finite", self.step + 1, self.step + 1, None, threshold, str(e))
+                    watch.non_finite(e)  # diverged.json
                     raise
                 if self.device.type == "cuda":
                     torch.cuda.synchronize()
@@ -618,12 +351,8 @@ class Trainer:
                 s = self.step
                 is_last = s == c.train.max_steps
                 record: dict[str, Any] = {}
-                if self._first_loss is None and s == 1 and math.isfinite(out["loss"]):
-                    self._first_loss = float(out["loss"])
-                    threshold = divergence_line()
-                streak = streak + 1 if out["loss"] > threshold else 0
-                if s % c.train.log_every == 0 or is_last or s % c.train.eval_every == 0 or \
-                        (c.train.diverge_steps and streak >= c.train.diverge_steps):
+                watch.observe(s, out["loss"])
+                if s % c.train.log_every == 0 or is_last or s % c.train.eval_every == 0 or watch.diverged:
                     tps = interval_steps * tokens_per_step / max(interval_time, 1e-9)
                     record = {"step": s, "tokens": self.tokens_seen, "loss": out["loss"], "lr": out["lr"],
                               "grad_norm": out["grad_norm"], "tokens_per_s": tps, "gflops_per_s": tps * flops_tok / 1e9}
@@ -631,36 +360,20 @@ class Trainer:
                         record["aux_loss"] = out["aux_loss"]
                     interval_time, interval_steps = 0.0, 0
                 if s % c.train.eval_every == 0 or is_last:
-                    val_loss = self.evaluate()
-                    record["val_loss"] = val_loss
-                    if c.data.tune_batches:
-                        record["tune_loss"] = self.evaluate(c.data.tune_batches, skip_batches=c.data.val_batches)
+                    record.update(eval_losses(self))  # val_loss (+ tune_loss): train/validation.py
+                    val_loss = record["val_loss"]
                 if record:
-                    record["wall_time"] = self.wall_time()
-                    self._callbacks("on_step_end", s, record)
-                    if main:
-                        metrics_f.write(json.dumps(record) + "\n")
-                        metrics_f.flush()
-                        for lg in trackers:
-                            lg.log(s, record)
+                    self._log(s, record, metrics_f, trackers)
                     last_record = record
                 bar.update(s, out["loss"], record)
-                if c.train.diverge_steps and streak >= c.train.diverge_steps:
-                    first = s - streak + 1
-                    kept = latest_good_checkpoint(self.run_dir) if main else None
-                    msg = (f"the loss diverged: above max(ln V, first-step loss) + {c.train.diverge_margin:g} = "
-                           f"{threshold:.2f} for "
-                           f"{streak} consecutive steps from step {first} (loss {out['loss']:.4g} at step {s}); "
-                           "stopped; " + (f"the newest checkpoint from before it is kept ({kept.name})" if kept else
-                                          "no checkpoint was written before it") + "; lower optim.lr")
-                    self._write_diverged("diverged", first, s, out["loss"], threshold, msg)
-                    raise DivergenceError(msg)
+                if watch.diverged:
+                    watch.stop(s, out["loss"])  # diverged.json, then DivergenceError
                 # no checkpoint while the loss is above the divergence line: pruning then cannot remove the
                 # newest checkpoint from before a divergence (the last step is always saved)
-                if (s % c.train.ckpt_every == 0 or s in c.train.ckpt_steps) and streak == 0 or is_last:
+                if (s % c.train.ckpt_every == 0 or s in c.train.ckpt_steps) and watch.streak == 0 or is_last:
                     self.save()
-                if self._should_stop():
-                    self._interrupted(streak)
+                if should_stop(self):
+                    interrupt(self, watch.streak)  # a checkpoint at this boundary, then Interrupted
             exit_code = 0
         except Interrupted as e:
             exit_code = 128 + e.signum
@@ -671,131 +384,23 @@ class Trainer:
                 metrics_f.close()
             close_all(trackers, exit_code)
         self._callbacks("on_train_end")
-        summary = {"completed": True, "step": self.step, "tokens": self.tokens_seen, "final_loss": last_record.get("loss"),
-                   "final_val_loss": val_loss, "wall_time": self.wall_time(),
-                   "params": self.model.num_params(), "non_embedding_params": self.model.num_params(non_embedding=True),
-                   "active_params": self.model.num_params(active=True), "dtype": c.train.dtype,
-                   "dtype_reason": self.dtype_decision.reason}
-        summary = self._fill_summary(summary)
-        if main:
-            atomic_write_json(self.run_dir / "summary.json", summary)
-            (self.run_dir / "diverged.json").unlink(missing_ok=True)  # completed after all (resumed past it)
-        return summary
+        return write_summary(self, last_record, val_loss)  # summary.json (train/summary.py)
 
-    def _fill_summary(self, summary: dict[str, Any]) -> dict[str, Any]:
-        """``summary`` with every None taken from values that exist: the last logged loss / val_loss of
-        metrics.jsonl, else the previous summary.json; a key with no value anywhere is left out, never null."""
-        recs = read_jsonl(self.run_dir / "metrics.jsonl")
-        try:
-            prev = json.loads((self.run_dir / "summary.json").read_text())
-            prev = prev if isinstance(prev, dict) else {}
-        except (OSError, ValueError):
-            prev = {}
-        logged = {"final_loss": "loss", "final_val_loss": "val_loss"}
-        out = {}
-        for k, v in summary.items():
-            if v is None and k in logged:
-                v = next((r[logged[k]] for r in reversed(recs)
-                          if isinstance(r.get(logged[k]), (int, float)) and r.get("step", 0) <= self.step), None)
-            if v is None:
-                v = prev.get(k)
-            if v is not None:
-                out[k] = v
-        return out
-
-    def _write_diverged(self, kind: str, first: int, stopped: int, loss: float | None, threshold: float,
-                        message: str) -> None:
-        if not self.dist.is_main:
-            return
-        good = latest_good_checkpoint(self.run_dir)
-        atomic_write_json(self.run_dir / "diverged.json", {
-            "kind": kind, "step": first, "stopped_at": stopped, "loss": loss if loss is None or math.isfinite(loss)
-            else None, "threshold": threshold,
-            "rule": f"loss > max(ln V, first-step loss) + {self.cfg.train.diverge_margin:g} for "
-                    f"{self.cfg.train.diverge_steps} consecutive steps, or a non-finite loss/gradient",
-            "checkpoint": good.name if good else None, "message": message})
-
-    def _should_stop(self) -> bool:
-        flag = getattr(self, "_stop_signal", None) is not None
-        if self.dist.enabled:  # every rank stops at the same step
-            t = torch.tensor([1.0 if flag else 0.0], device=self.device)
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-            flag = bool(t.item())
-        return flag
-
-    def _interrupted(self, streak: int) -> None:
-        """Save a checkpoint at this step boundary (unless the loss is above the divergence line) and raise
-        :class:`Interrupted`."""
-        signum = self._stop_signal or signal.SIGTERM
-        ckpts = list_checkpoints(self.run_dir)
-        saved = ckpts[-1] if ckpts and ckpts[-1].name.endswith(f"{self.step:08d}") else None
-        if saved is None and streak == 0:
-            saved = self.save()
-        name = signal.Signals(signum).name
-        where = (f"checkpoint saved at step {self.step} ({saved})" if saved is not None else
-                 "no checkpoint written (loss above the divergence line); resume starts from the last one")
-        raise Interrupted(f"interrupted by {name} at step {self.step}: {where}; continue with "
-                          f"`smallinit train --resume {self.run_dir}`", int(signum), self.step,
-                          str(saved) if saved else None)
-
-
-class Progress:
-    """Training progress on stderr: a tqdm bar on a terminal; otherwise (a log file) a plain line
-    ``step S/N (P%) loss L [val V] tok/s R elapsed E eta T`` at the first step, at evaluated steps, at the last
-    step and at most every ``seconds`` in between — never carriage returns."""
-
-    def __init__(self, total: int, initial: int, enabled: bool, seconds: float = 30.0, stream=None):
-        self.total, self.enabled, self.seconds = total, enabled, seconds
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.start_step, self.t0, self.last = initial, time.time(), None
-        self.bar = None
-        if enabled and self.tty:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, leave=True, file=self.stream)
-
-    def update(self, step: int, loss: float, record: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            if record:
-                self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{record.get('tokens_per_s', 0):.0f}", refresh=False)
-            self.bar.update(1)
-            return
-        now = time.time()
-        due = (self.last is None or step == self.total or "val_loss" in record
-               or now - self.last >= self.seconds)
-        if not due:
-            return
-        self.last = now
-        el = now - self.t0
-        done = step - self.start_step
-        eta = el / done * (self.total - step) if done > 0 else float("nan")
-        val = f" val {record['val_loss']:.4f}" if "val_loss" in record else ""
-        tps = f" tok/s {record['tokens_per_s']:.0f}" if "tokens_per_s" in record else ""
-        print(f"step {step}/{self.total} ({100 * step / max(self.total, 1):.0f}%) loss {loss:.4f}{val}{tps} "
-              f"elapsed {_hms(el)} eta {_hms(eta)}", file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _hms(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    s = int(round(seconds))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+    def _log(self, step: int, record: dict[str, Any], metrics_f, trackers: list) -> None:
+        """Stamp ``record`` with the wall time, show it to the callbacks (``on_step_end``), then append it to
+        ``metrics.jsonl`` and hand it to the experiment trackers (rank 0: ``metrics_f`` is None elsewhere)."""
+        record["wall_time"] = self.wall_time()
+        self._callbacks("on_step_end", step, record)
+        if self.dist.is_main:
+            metrics_f.write(json.dumps(record) + "\n")
+            metrics_f.flush()
+            for lg in trackers:
+                lg.log(step, record)
 
 
 def train(cfg: RunConfig, run_dir: str | os.PathLike, callbacks: list[Any] | None = None) -> dict[str, Any]:
     """Train a new run (see :class:`Trainer`)."""
     return Trainer(cfg, run_dir, callbacks=callbacks).run()
-
-
-SAME_STOP_SECONDS = 2.0
-"""A second stop signal this soon after the first is the same request (:meth:`Trainer._signals`)."""
 
 
 def resume(run_dir: str | os.PathLike, callbacks: list[Any] | None = None, max_steps: int | None = None) -> dict[str, Any]:
