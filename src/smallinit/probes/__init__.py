@@ -1,7 +1,8 @@
 """Probes of training dynamics (DESIGN.md §2): condensation, attention sinks, RMSNorm saturation,
-residual flow, the optimizer's ε. ``metrics`` holds the pure tensor functions, ``training`` the hook-based probe of a
-model (``compute_probes``) and the trainer callback (``TrainingProbe``), ``plots`` the figures
-(imported on demand: it needs matplotlib)."""
+residual flow, the optimizer's ε. ``metrics`` holds the pure tensor functions, ``matrices`` a model's named
+weight matrices and their weight and optimizer-ε probes, ``training`` the hook-based probe of a model
+(``compute_probes``) and the trainer callback (``TrainingProbe``), ``summary`` the run labels and headline
+numbers of a report, ``plots`` the figures (imported on demand: it needs matplotlib)."""
 
 from smallinit.probes.metrics import (
     attention_sink,
