@@ -23,6 +23,7 @@ from smallinit.data import (
     val_batches,
     val_offsets,
 )
+from smallinit.data import hf_sources
 from smallinit.data import sources as sources_mod
 from smallinit.data.mixing import plan_mix
 from smallinit.data.tokenizer import token_dtype
@@ -238,7 +239,7 @@ def test_hf_hub_fails_at_once_offline(tmp_path, monkeypatch):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    monkeypatch.setattr(sources_mod, "hf_probe_address", lambda: ("127.0.0.1", port))
+    monkeypatch.setattr(hf_sources, "hf_probe_address", lambda: ("127.0.0.1", port))
     with pytest.raises(DataError, match="cannot reach 127.0.0.1"):
         _prep(["hf:someone/nonexistent-corpus:cfg:train"], tmp_path / "out")
     assert time.time() - t0 < 20
