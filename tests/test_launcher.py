@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -184,7 +185,7 @@ def test_the_sbatch_scripts_of_a_crossover_without_a_cluster(token_dir, tmp_path
     for script in (trunks, *branches):
         lines = script.splitlines()
         assert all(s in lines for s in shared), script
-        assert f"{sys.executable} -u -m submitit.core._submit" in script  # the library, never the smallinit command
+        assert f"{shlex.quote(sys.executable)} -u -m submitit.core._submit" in script  # the library, not our CLI
     assert "#SBATCH --array=0-1%2" in trunks and "--dependency" not in trunks
     assert "#SBATCH --job-name=smallinit-trunk" in trunks
     for i, script in enumerate(branches):
