@@ -110,3 +110,23 @@ def test_the_command_writes_its_report_and_refuses_a_folder_without_a_crossover(
     assert err.count("error:") == 1 and "no crossover.json" in err and not (tmp_path / "w2").exists()
     assert main(["crossover-widths", str(tmp_path / "d48"), str(tmp_path / "d48"), "--out", str(tmp_path / "w3")]) != 0
     assert "given twice" in capsys.readouterr().err
+
+
+def test_a_rerun_replaces_only_its_own_report_and_bad_json_is_one_error(tmp_path, capsys):
+    from smallinit.cli import main
+
+    (tmp_path / "d48").mkdir()
+    (tmp_path / "d48" / "crossover.json").write_text(json.dumps(crossover(48, 120_000, 150, never_crossing)))
+    out = tmp_path / "w"
+    assert main(["crossover-widths", str(tmp_path / "d48"), "--out", str(out)]) == 0
+    assert main(["crossover-widths", str(tmp_path / "d48"), "--out", str(out)]) == 0  # its own report: replaced
+    (out / "notes.txt").write_text("mine")
+    assert main(["crossover-widths", str(tmp_path / "d48"), "--out", str(out)]) != 0
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "notes.txt" in err
+    assert (out / "notes.txt").read_text() == "mine" and (out / "widths.json").is_file()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "crossover.json").write_text("{not json")
+    assert main(["crossover-widths", str(tmp_path / "bad"), "--out", str(tmp_path / "w4")]) != 0
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "invalid JSON" in err and not (tmp_path / "w4").exists()

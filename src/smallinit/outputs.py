@@ -60,6 +60,7 @@ OWN_NAMES: dict[str, frozenset[str]] = {
                          "tokenizer_config.json", "special_tokens_map.json", "README.md",
                          "configuration_smallinit.py", "modeling_smallinit.py"}),
     "run": frozenset({"config.yaml", "tokenizer.json", "hf_config.json", "checkpoints"}),  # import-hf
+    "widths": frozenset({"widths.json", "widths.md", "widths.png"}),  # crossover-widths
 }
 """Everything a ``--force`` replacement of each kind writes (top-level names). ``--force`` replaces a folder only
 when it holds nothing else: a file or folder the user added (``notes.txt``, ``mine/``; for a run, a trained run's

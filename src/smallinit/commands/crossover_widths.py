@@ -8,7 +8,6 @@ folder (or its ``crossover.json``) of the same arms on the same data at another 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
@@ -37,10 +36,9 @@ def _read(result: str, variant: str) -> dict:
         path = path / "crossover.json"
     if not path.is_file():
         raise ConfigError(f"{result}: no crossover.json there (is it a finished crossover folder?)")
-    try:
-        x = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: not readable as JSON ({e})") from None
+    from smallinit.rundir import read_json
+
+    x = read_json(path, strict=True)
     if not isinstance(x, dict) or variant not in (x.get("analyses") or {}):
         raise ConfigError(f"{path}: holds no analysis of the arm {variant!r} (a finished crossover has one per arm)")
     return x

@@ -78,7 +78,7 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
     return save_png(fig, path)
 
 
-def _f(x: float | None, spec: str = ".4f") -> str:
+def fmt_num(x: float | None, spec: str = ".4f") -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
@@ -93,7 +93,7 @@ def lr_words(result: dict[str, Any]) -> str:
                if seed is not None else f"seed {spec['seeds'][0]}, a reported seed; judged on the validation batches")
         return (f"learning rate tuned per arm on {spec['tune_fraction']:g}·D WSD runs ({who}), the same grid for "
                 "every arm: "
-                + ", ".join(f"{a} {_f(t['chosen'], '.3g')}" for a, t in tuning.items())
+                + ", ".join(f"{a} {fmt_num(t['chosen'], '.3g')}" for a, t in tuning.items())
                 + (f" — still at the grid's edge for {', '.join(edge)}" if edge else ""))
     arm = next(iter(result["spec"]["arms"].values()))
     lr = next((o.split("=", 1)[1] for o in reversed(arm) if o.startswith("optim.lr=")), None)
@@ -105,8 +105,8 @@ def tuning_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     tuning = result.get("tuning") or {}
     rates = sorted({float(r) for t in tuning.values() for r in t["losses"]})
     cols = ["arm", *[f"lr {r:.3g}" for r in rates], "chosen"]
-    rows = [[arm, *[_f(t["losses"].get(f"{r:.3g}")) if f"{r:.3g}" in t["losses"] else "" for r in rates],
-             _f(t["chosen"], ".3g")] for arm, t in tuning.items()]
+    rows = [[arm, *[fmt_num(t["losses"].get(f"{r:.3g}")) if f"{r:.3g}" in t["losses"] else "" for r in rates],
+             fmt_num(t["chosen"], ".3g")] for arm, t in tuning.items()]
     return cols, rows
 
 
@@ -143,13 +143,13 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
             vals = [v[j] for v in result["losses"][arm].values()]
             ok = [v for v in vals if v is not None]
             mean = sum(ok) / len(ok) if ok else None
-            cells.append(f"{_f(mean)} [{', '.join(_f(v) for v in vals)}]" if len(vals) > 1 else _f(mean))
+            cells.append(f"{fmt_num(mean)} [{', '.join(fmt_num(v) for v in vals)}]" if len(vals) > 1 else fmt_num(mean))
         lines.append(f"| {d:,} | {tpp[j]:.3g} | " + " | ".join(cells) + " |")
     for arm, a in result["analyses"].items():
         lines += ["", f"## G(D) = L({base}) − L({arm})  (> 0: {arm} ahead)", "",
                   "| D (tokens) | G (nats) | 95% interval | interval |", "|---|---|---|---|"]
         for d, g in zip(D, a["gap"]):
-            lines.append(f"| {d:,} | {_f(g['value'], '+.4f')} | [{_f(g['lo'], '+.4f')}, {_f(g['hi'], '+.4f')}] | "
+            lines.append(f"| {d:,} | {fmt_num(g['value'], '+.4f')} | [{fmt_num(g['lo'], '+.4f')}, {fmt_num(g['hi'], '+.4f')}] | "
                          f"{g['method']} |")
         ch, j = a["gap_change"], a.get("judged", len(D) - 1)
         if a.get("declared_tokens"):
@@ -159,7 +159,7 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
                       + "."]
         ref = a.get("gap_change_from")
         lines += ["", (f"Change of the gap from {ref:,.0f} to {D[j]:,} tokens ({D[j] / ref:.2f}×): "
-                       f"{_f(ch['value'], '+.4f')} [{_f(ch['lo'], '+.4f')}, {_f(ch['hi'], '+.4f')}] nats (> 0 with the "
+                       f"{fmt_num(ch['value'], '+.4f')} [{fmt_num(ch['lo'], '+.4f')}, {fmt_num(ch['hi'], '+.4f')}] nats (> 0 with the "
                        "interval above 0: closing)." if ref else
                        "Change of the gap over 4× of budget: not measured (no budget at a true 4× below).")]
         gf = a.get("gap_fit")
@@ -167,21 +167,21 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
             lines += ["", f"Gap fit G(D) = c − a·D^(−b) ({gf['method']}): **{gf['status']}**"
                       + (f"; c = {gf['c']:+.4f} [{gf['c_lo']:+.4f}, {gf['c_hi']:+.4f}], b = {gf['b']:.3g}, "
                          f"rms residual {gf['rms']:.4f}" if gf.get("c") is not None else "")
-                      + (f"; D* ≈ {gf['D_star']:.3g} tokens [{_f(gf['D_lo'], '.3g')}, {_f(gf['D_hi'], '.3g') if gf['D_hi'] else '∞'}]"
+                      + (f"; D* ≈ {gf['D_star']:.3g} tokens [{fmt_num(gf['D_lo'], '.3g')}, {fmt_num(gf['D_hi'], '.3g') if gf['D_hi'] else '∞'}]"
                          if gf.get("D_star") else "") + "."]
         lines += ["", "Secondary (decides nothing): per-arm fits and where they meet.", "",
                   "| fit L(D) = E + B·D^(−β) | E | β | R² | residuals |", "|---|---|---|---|---|"]
         for name in (base, arm):
             fit = a["fits"].get(name)
             if fit:
-                lines.append(f"| {name} | {fit['E']:.4f} | {fit['alpha']:.3f} | {_f(fit.get('r2'), '.4f')} | "
+                lines.append(f"| {name} | {fit['E']:.4f} | {fit['alpha']:.3f} | {fmt_num(fit.get('r2'), '.4f')} | "
                              f"{', '.join(f'{r:+.4f}' for r in fit['residuals'])} |")
             else:
                 lines.append(f"| {name} | — | — | — | no fit |")
         c = a["crossing"]
         share = c.get("crossing_share")
         lines += ["", f"Crossing: {c['status']}" + (f", D* ≈ {c['D_star']:.3g} tokens" if c["D_star"] else "")
-                  + (f" [{_f(c['lo'], '.3g')}, {_f(c['hi'], '.3g') if c['hi'] else '∞'}]" if c["status"] == "crosses"
+                  + (f" [{fmt_num(c['lo'], '.3g')}, {fmt_num(c['hi'], '.3g') if c['hi'] else '∞'}]" if c["status"] == "crosses"
                      else "") + (f"; {share:.0%} of bootstrap draws cross below {c['horizon']:.3g} tokens"
                                  if share is not None else "") + (" — **extrapolated**" if c["extrapolated"] else "")
                   + (f" — **not a prediction**: {c['degenerate']}" if c.get("degenerate") else "")]

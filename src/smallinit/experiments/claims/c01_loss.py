@@ -103,7 +103,8 @@ def across_widths(results: Sequence[dict[str, Any]], variant: str = "paper") -> 
     paper's sizes (:data:`PAPER_SIZES`) — a prediction from small models, never a result."""
     if not results:
         raise ValueError("no crossover results")
-    rows = sorted((width_row(x, variant) for x in results), key=lambda r: r["non_embedding_params"])
+    pairs = sorted(((width_row(x, variant), x) for x in results), key=lambda p: p[0]["non_embedding_params"])
+    rows = [r for r, _ in pairs]
     first = rows[0]
     for r in rows[1:]:
         if r["data"] != first["data"] or r["arms"] != first["arms"]:
@@ -113,8 +114,7 @@ def across_widths(results: Sequence[dict[str, Any]], variant: str = "paper") -> 
     if len(set(labels)) < len(labels):
         raise ValueError(f"two results have the same width ({', '.join(labels)}): analyse their losses together "
                          "with smallinit.crossing.analyse_crossover instead")
-    by_label = {width_row(x, variant)["label"]: x for x in results}
-    matched = matched_gaps(rows, by_label, variant)
+    matched = matched_gaps(rows, {r["label"]: x for r, x in pairs}, variant)
     differ = [m for m in matched if m["diff"]["lo"] is not None
               and (m["diff"]["lo"] > 0 or m["diff"]["hi"] < 0)]
     if not matched:
@@ -139,7 +139,9 @@ def across_widths(results: Sequence[dict[str, Any]], variant: str = "paper") -> 
 def widths_markdown(res: dict[str, Any], figure: str | None = None) -> str:
     """The across-widths report: per width the verdict and D*/N, the gap table by tokens per parameter, the
     matched-budget comparison, and the restatement at the paper's sizes (only where a crossing is predicted)."""
-    f = lambda v, s="+.4f": "—" if v is None else format(v, s)  # noqa: E731
+    from smallinit.experiments.crossover_report import fmt_num
+
+    f = lambda v, spec="+.4f": fmt_num(v, spec)  # noqa: E731
     lines = ["# Claim 1 across widths: the gap by tokens per non-embedding parameter", "",
              "G = L(baseline) − L(paper) (> 0: the paper's setting ahead), seed-paired 95% t-intervals; each width "
              "is judged at its own declared budget by the rule of DESIGN.md §2.", "",
