@@ -7,7 +7,7 @@ import math
 import os
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -82,8 +82,10 @@ def bf16_peak() -> float:
 
 def header(threads: int, bf16: bool = False) -> str:
     peaks = f"fp32 matmul peak {matmul_peak():.1f} GFLOP/s" + (f", bf16 {bf16_peak():.1f}" if bf16 else "")
-    return (f"CPU: {cpu_model()} ({os.cpu_count()} cores), flags: {cpu_flags()}; torch {torch.__version__}; "
-            f"{threads} thread(s); load average {load_average()}; same-run {peaks}")
+    return (
+        f"CPU: {cpu_model()} ({os.cpu_count()} cores), flags: {cpu_flags()}; torch {torch.__version__}; "
+        f"{threads} thread(s); load average {load_average()}; same-run {peaks}"
+    )
 
 
 # ---- nanoGPT (the yardstick) ------------------------------------------------------------------------------
@@ -138,8 +140,17 @@ class GPT(nn.Module):
 
 def ours_config(shape: str, gate: str, vocab: int | None = None, **kw) -> ModelConfig:
     d, L, H, ff, T, _, V = SHAPES[shape]
-    return ModelConfig(vocab_size=vocab or V, d_model=d, n_layers=L, n_heads=H, d_ff=ff, max_seq_len=T, gate=gate,
-                       tie_embeddings=True, **kw)
+    return ModelConfig(
+        vocab_size=vocab or V,
+        d_model=d,
+        n_layers=L,
+        n_heads=H,
+        d_ff=ff,
+        max_seq_len=T,
+        gate=gate,
+        tie_embeddings=True,
+        **kw,
+    )
 
 
 def nanogpt(shape: str, vocab: int | None = None) -> GPT:
@@ -148,8 +159,16 @@ def nanogpt(shape: str, vocab: int | None = None) -> GPT:
 
 
 # ---- a training step as the Trainer runs it -------------------------------------------------------------
-def make_step(model: nn.Module, vocab: int, seq: int, batch: int, forward: Callable | None = None,
-              loss_fn: Callable | None = None, seed: int = 0, dtype: str = "fp32") -> Callable[[], float]:
+def make_step(
+    model: nn.Module,
+    vocab: int,
+    seq: int,
+    batch: int,
+    forward: Callable | None = None,
+    loss_fn: Callable | None = None,
+    seed: int = 0,
+    dtype: str = "fp32",
+) -> Callable[[], float]:
     """A closure running forward + cross-entropy + backward + clip_grad_norm_(1.0) + fused AdamW on fixed random
     tokens. ``loss_fn(model, x, y)`` replaces ``cross_entropy(forward(x), y)`` when given. ``dtype="bf16"``: the
     forward and the loss under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (as the Trainer runs bf16; backward,
@@ -182,8 +201,9 @@ def make_step(model: nn.Module, vocab: int, seq: int, batch: int, forward: Calla
     return step
 
 
-def time_alternating(steps: dict[str, Callable[[], float]], rounds: int, warmup: int = 2,
-                     per_round: int = 1) -> dict[str, dict[str, float]]:
+def time_alternating(
+    steps: dict[str, Callable[[], float]], rounds: int, warmup: int = 2, per_round: int = 1
+) -> dict[str, dict[str, float]]:
     """Median seconds per step of each closure, timed in turn (round-robin) so that a change of machine load
     hits every entry alike: ``{"wall": wall-clock s, "cpu": process CPU s}``. On a contended machine the CPU
     time of a one-thread run is the steadier measure of the work (wall time includes waiting for a core)."""

@@ -23,8 +23,10 @@ import argparse
 import sys
 from pathlib import Path
 
-ARMS = {"baseline": {"model.gamma": 0.5, "model.norm_eps": 1e-5, "model.gate": "none"},
-        "paper": {"model.gamma": 1.0, "model.norm_eps": 1e-12, "model.gate": "elementwise"}}
+ARMS = {
+    "baseline": {"model.gamma": 0.5, "model.norm_eps": 1e-5, "model.gate": "none"},
+    "paper": {"model.gamma": 1.0, "model.norm_eps": 1e-12, "model.gate": "elementwise"},
+}
 DTYPES = ("fp32", "bf16")
 
 
@@ -32,20 +34,42 @@ def parity_sweep(data: str, seeds: int, tokens: int, lr: float, d_model: int, la
     """The sweep (as ``smallinit sweep`` reads it): one run per arm × dtype × seed, named ARM-DTYPE-sSEED."""
     seq, batch = 256, 16
     steps = max(1, round(tokens / (seq * batch)))
-    base = {"data.path": data, "model.d_model": d_model, "model.n_layers": layers, "model.n_heads": heads,
-            "model.d_ff": 3 * d_model, "data.seq_len": seq, "model.max_seq_len": seq, "train.batch_size": batch,
-            "train.max_steps": steps, "optim.lr": lr, "optim.warmup_steps": 50, "data.val_batches": 16,
-            "train.eval_every": 100000, "train.log_every": 50, "train.compile": False}
-    runs = [{"name": f"{arm}-{dtype}-s{seed}", **settings, "train.dtype": dtype, "train.seed": seed}
-            for arm, settings in ARMS.items() for dtype in DTYPES for seed in range(seeds)]
+    base = {
+        "data.path": data,
+        "model.d_model": d_model,
+        "model.n_layers": layers,
+        "model.n_heads": heads,
+        "model.d_ff": 3 * d_model,
+        "data.seq_len": seq,
+        "model.max_seq_len": seq,
+        "train.batch_size": batch,
+        "train.max_steps": steps,
+        "optim.lr": lr,
+        "optim.warmup_steps": 50,
+        "data.val_batches": 16,
+        "train.eval_every": 100000,
+        "train.log_every": 50,
+        "train.compile": False,
+    }
+    runs = [
+        {"name": f"{arm}-{dtype}-s{seed}", **settings, "train.dtype": dtype, "train.seed": seed}
+        for arm, settings in ARMS.items()
+        for dtype in DTYPES
+        for seed in range(seeds)
+    ]
     return {"base": "tiny", "overrides": base, "runs": runs}
 
 
 def parity_markdown(res: dict, cfg_words: str) -> str:
     f = lambda i: f"{i['value']:+.4f} [{i['lo']:+.4f}, {i['hi']:+.4f}]" if i["lo"] is not None else "—"  # noqa: E731
-    lines = ["# bf16 − fp32 loss parity of the claim-1 arms", "", cfg_words, "",
-             "| arm | fp32 val loss per seed | bf16 val loss per seed | bf16 − fp32 (seed-paired 95%) |",
-             "|---|---|---|---|"]
+    lines = [
+        "# bf16 − fp32 loss parity of the claim-1 arms",
+        "",
+        cfg_words,
+        "",
+        "| arm | fp32 val loss per seed | bf16 val loss per seed | bf16 − fp32 (seed-paired 95%) |",
+        "|---|---|---|---|",
+    ]
     for arm, per in res["losses"].items():
         cells = [", ".join(f"{per[d][s]:.4f}" for s in res["seeds"]) for d in DTYPES]
         lines.append(f"| {arm} | {cells[0]} | {cells[1]} | {f(res['per_arm'][arm])} |")
@@ -56,10 +80,10 @@ def parity_markdown(res: dict, cfg_words: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from smallinit.experiments.sweep import parse_sweep, run_sweep
-    from smallinit.io import atomic_write_json, atomic_write_text
-    from smallinit.rundir import read_json
     from smallinit.commands.crossover import parse_tokens
+    from smallinit.core.io import atomic_write_json, atomic_write_text
+    from smallinit.experiments.sweep import parse_sweep, run_sweep
+    from smallinit.runs.rundir import read_json
     from smallinit.train.precision import loss_parity
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -82,15 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     native, why = native_bf16(device, cpu_flags(), device == "cuda" and torch.cuda.is_bf16_supported())
     if not native and not a.force and not a.dry_run:
-        print(f"error: {why}: bf16 is emulated here (measured on an AVX2-only AMD EPYC: ≈ 7.5× slower than fp32 at "
-              "d 128), so this check would take many hours and measure the emulation; run it where bf16 is native "
-              "(avx512_bf16, amx_bf16 or CUDA), or pass --force", file=sys.stderr)
+        print(
+            f"error: {why}: bf16 is emulated here (measured on an AVX2-only AMD EPYC: ≈ 7.5× slower than fp32 at "
+            "d 128), so this check would take many hours and measure the emulation; run it where bf16 is native "
+            "(avx512_bf16, amx_bf16 or CUDA), or pass --force",
+            file=sys.stderr,
+        )
         return 2
     if a.seeds < 2:
         print("error: --seeds must be >= 2 (a seed-paired interval needs two)", file=sys.stderr)
         return 2
-    spec = parse_sweep(parity_sweep(a.data, a.seeds, int(a.tokens), a.lr, a.d_model, a.layers, a.heads),
-                       where="bf16 parity")
+    spec = parse_sweep(
+        parity_sweep(a.data, a.seeds, int(a.tokens), a.lr, a.d_model, a.layers, a.heads), where="bf16 parity"
+    )
     if a.dry_run:
         for r in spec.runs:
             print(r.name, r.config.train.max_steps, "steps")
@@ -104,10 +132,14 @@ def main(argv: list[str] | None = None) -> int:
             arm, dtype, seed = r.name.rsplit("-", 2)
             losses[arm][dtype][int(seed[1:])] = float(s["final_val_loss"])
     res = loss_parity(losses, "baseline", "paper")
-    res["losses"] = {arm: {d: {str(k): v for k, v in per.items()} for d, per in dd.items()} for arm, dd in losses.items()}
+    res["losses"] = {
+        arm: {d: {str(k): v for k, v in per.items()} for d, per in dd.items()} for arm, dd in losses.items()
+    }
     res["seeds"] = [str(s) for s in res["seeds"]]
-    words = (f"d {a.d_model} × {a.layers}, {a.heads} heads, T 256, B 16, {a.tokens / 1e6:g}M tokens, lr {a.lr:g} both "
-             f"arms, {a.seeds} seeds, data {a.data}; bf16 = train.dtype=bf16 (autocast), eager")
+    words = (
+        f"d {a.d_model} × {a.layers}, {a.heads} heads, T 256, B 16, {a.tokens / 1e6:g}M tokens, lr {a.lr:g} both "
+        f"arms, {a.seeds} seeds, data {a.data}; bf16 = train.dtype=bf16 (autocast), eager"
+    )
     atomic_write_json(out / "parity.json", res)
     atomic_write_text(out / "parity.md", parity_markdown(res, words))
     print(parity_markdown(res, words))

@@ -26,9 +26,17 @@ import json
 import time
 
 import torch
+from bench_common import (
+    bf16_peak,
+    cpu_flags,
+    cpu_model,
+    load_average,
+    make_step,
+    matmul_peak,
+    native_bf16,
+    time_alternating,
+)
 
-from bench_common import (bf16_peak, cpu_flags, cpu_model, load_average, make_step, matmul_peak, native_bf16,
-                          time_alternating)
 from smallinit import ModelConfig, Transformer
 
 VOCAB, SEQ, BATCH, LAYERS = 257, 256, 16, 4
@@ -42,16 +50,25 @@ def flags_text() -> str:
 
 def config(shape: str, gate: str) -> ModelConfig:
     d, h = SHAPES[shape]
-    return ModelConfig(vocab_size=VOCAB, d_model=d, n_layers=LAYERS, n_heads=h, d_ff=3 * d, max_seq_len=SEQ,
-                       gate=gate, tie_embeddings=True)
+    return ModelConfig(
+        vocab_size=VOCAB,
+        d_model=d,
+        n_layers=LAYERS,
+        n_heads=h,
+        d_ff=3 * d,
+        max_seq_len=SEQ,
+        gate=gate,
+        tie_embeddings=True,
+    )
 
 
 def ours_loss(fwd, x, y):
     return fwd(x, targets=y)
 
 
-def run_shape(shape: str, threads: int, rounds: int, per_round: int, modes: list[str], dtypes: list[str],
-              gate: str) -> list[dict]:
+def run_shape(
+    shape: str, threads: int, rounds: int, per_round: int, modes: list[str], dtypes: list[str], gate: str
+) -> list[dict]:
     torch.set_num_threads(threads)
     cfg = config(shape, gate)
     steps, compile_s, fpt = {}, {}, 0.0
@@ -73,10 +90,22 @@ def run_shape(shape: str, threads: int, rounds: int, per_round: int, modes: list
     for name, s in secs.items():
         dtype, mode = name.split()
         tps = BATCH * SEQ / s["wall"]
-        r = {"shape": shape, "d_model": cfg.d_model, "threads": threads, "dtype": dtype, "mode": mode, "gate": gate,
-             "tokens_per_s": tps, "tokens_per_cpu_s": BATCH * SEQ / s["cpu"], "gflops": tps * fpt / 1e9,
-             "peak_fp32": peaks["fp32"], "peak_bf16": peaks["bf16"], "first_step_s": compile_s[name],
-             "flags": cpu_flags(), "load": load_average()}
+        r = {
+            "shape": shape,
+            "d_model": cfg.d_model,
+            "threads": threads,
+            "dtype": dtype,
+            "mode": mode,
+            "gate": gate,
+            "tokens_per_s": tps,
+            "tokens_per_cpu_s": BATCH * SEQ / s["cpu"],
+            "gflops": tps * fpt / 1e9,
+            "peak_fp32": peaks["fp32"],
+            "peak_bf16": peaks["bf16"],
+            "first_step_s": compile_s[name],
+            "flags": cpu_flags(),
+            "load": load_average(),
+        }
         r["mfu"] = r["gflops"] / peaks[dtype]
         base = secs.get(f"fp32 {mode}")
         r["x_fp32_same_mode"] = base["wall"] / s["wall"] if base else None
@@ -107,21 +136,28 @@ def main() -> None:
     if not native_bf16() and not args.force_bf16:
         print(f"no native bf16 on this CPU ({flags_text()}): bf16 variants skipped (--force-bf16 times the emulation)")
         dtypes = ["fp32"]
-    print(f"CPU: {cpu_model()}; flags {flags_text()} (all: {cpu_flags()}); torch {torch.__version__}; B {BATCH} × "
-          f"T {SEQ}, byte vocabulary {VOCAB}, {LAYERS} layers, gate {args.gate}; load average {load_average()}",
-          flush=True)
+    print(
+        f"CPU: {cpu_model()}; flags {flags_text()} (all: {cpu_flags()}); torch {torch.__version__}; B {BATCH} × "
+        f"T {SEQ}, byte vocabulary {VOCAB}, {LAYERS} layers, gate {args.gate}; load average {load_average()}",
+        flush=True,
+    )
     rows = []
-    print("| shape | threads | dtype | mode | tokens/s | × fp32 (same mode) | × eager (same dtype) | MFU | "
-          "fp32 peak | bf16 peak | flags | first step s |\n|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    print(
+        "| shape | threads | dtype | mode | tokens/s | × fp32 (same mode) | × eager (same dtype) | MFU | "
+        "fp32 peak | bf16 peak | flags | first step s |\n|---|---|---|---|---|---|---|---|---|---|---|---|",
+        flush=True,
+    )
     for t in [int(x) for x in args.threads.split(",")]:
         for shape in args.shapes.split(","):
             for r in run_shape(shape, t, args.rounds, args.per_round, modes, dtypes, args.gate):
                 rows.append(r)
                 fmt = lambda v: f"{v:.3f}" if v is not None else "–"  # noqa: E731
-                print(f"| {r['shape']} | {t} | {r['dtype']} | {r['mode']} | {r['tokens_per_s']:,.0f} | "
-                      f"{fmt(r['x_fp32_same_mode'])} | {fmt(r['x_eager_same_dtype'])} | {r['mfu']:.0%} | "
-                      f"{r['peak_fp32']:.1f} | {r['peak_bf16']:.1f} | {flags_text()} | {r['first_step_s']:.1f} |",
-                      flush=True)
+                print(
+                    f"| {r['shape']} | {t} | {r['dtype']} | {r['mode']} | {r['tokens_per_s']:,.0f} | "
+                    f"{fmt(r['x_fp32_same_mode'])} | {fmt(r['x_eager_same_dtype'])} | {r['mfu']:.0%} | "
+                    f"{r['peak_fp32']:.1f} | {r['peak_bf16']:.1f} | {flags_text()} | {r['first_step_s']:.1f} |",
+                    flush=True,
+                )
     print(f"(load average at the end: {load_average()})")
     if args.json:
         with open(args.json, "w") as f:

@@ -24,7 +24,6 @@ import time
 
 def child(shape: str, mode: str, threads: int, rounds: int) -> dict:
     import torch
-
     from bench_common import SHAPES, Transformer, make_step, ours_config, time_alternating
 
     torch.set_num_threads(threads)
@@ -43,10 +42,17 @@ def child(shape: str, mode: str, threads: int, rounds: int) -> dict:
     compiled()
     first = time.perf_counter() - t
     secs = time_alternating({"eager": eager, "compiled": compiled}, rounds, warmup=2)
-    return {"shape": shape, "mode": mode, "threads": threads, "compile_s": first - t_eager,
-            "eager_s": secs["eager"]["wall"], "compiled_s": secs["compiled"]["wall"],
-            "speedup": secs["eager"]["wall"] / secs["compiled"]["wall"],
-            "speedup_cpu": secs["eager"]["cpu"] / secs["compiled"]["cpu"], "tokens": B * T}
+    return {
+        "shape": shape,
+        "mode": mode,
+        "threads": threads,
+        "compile_s": first - t_eager,
+        "eager_s": secs["eager"]["wall"],
+        "compiled_s": secs["compiled"]["wall"],
+        "speedup": secs["eager"]["wall"] / secs["compiled"]["wall"],
+        "speedup_cpu": secs["eager"]["cpu"] / secs["compiled"]["cpu"],
+        "tokens": B * T,
+    }
 
 
 def main() -> None:
@@ -70,22 +76,43 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="inductor-cache-") as cache:
                 env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
                 for run in ("cold", "cached"):
-                    out = subprocess.run([sys.executable, __file__, "--child", shape, mode, "--threads",
-                                          str(args.threads), "--rounds", str(args.rounds)],
-                                         env=env, capture_output=True, text=True, cwd=os.path.dirname(__file__))
+                    out = subprocess.run(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--child",
+                            shape,
+                            mode,
+                            "--threads",
+                            str(args.threads),
+                            "--rounds",
+                            str(args.rounds),
+                        ],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        cwd=os.path.dirname(__file__),
+                    )
                     res = [json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
                     if not res:
                         print(f"{shape} {mode} {run}: failed\n{out.stderr[-2000:]}", flush=True)
                         continue
                     r = {**res[0], "cache": run}
                     rows.append(r)
-                    print(f"{shape} {mode:27s} {run:6s} compile {r['compile_s']:6.1f} s  eager "
-                          f"{r['tokens'] / r['eager_s']:6.0f} tok/s  compiled {r['tokens'] / r['compiled_s']:6.0f} "
-                          f"tok/s  speed-up ×{r['speedup']:.3f} (CPU time ×{r['speedup_cpu']:.3f})", flush=True)
-    print("\n| shape | mode | cache | compile s | eager tok/s | compiled tok/s | speed-up |\n|---|---|---|---|---|---|---|")
+                    print(
+                        f"{shape} {mode:27s} {run:6s} compile {r['compile_s']:6.1f} s  eager "
+                        f"{r['tokens'] / r['eager_s']:6.0f} tok/s  compiled {r['tokens'] / r['compiled_s']:6.0f} "
+                        f"tok/s  speed-up ×{r['speedup']:.3f} (CPU time ×{r['speedup_cpu']:.3f})",
+                        flush=True,
+                    )
+    print(
+        "\n| shape | mode | cache | compile s | eager tok/s | compiled tok/s | speed-up |\n|---|---|---|---|---|---|---|"
+    )
     for r in rows:
-        print(f"| {r['shape']} | {r['mode']} | {r['cache']} | {r['compile_s']:.1f} | {r['tokens'] / r['eager_s']:.0f} | "
-              f"{r['tokens'] / r['compiled_s']:.0f} | ×{r['speedup']:.3f} |")
+        print(
+            f"| {r['shape']} | {r['mode']} | {r['cache']} | {r['compile_s']:.1f} | {r['tokens'] / r['eager_s']:.0f} | "
+            f"{r['tokens'] / r['compiled_s']:.0f} | ×{r['speedup']:.3f} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -25,12 +25,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from bench_common import SHAPES, Transformer, header, ours_config
+
 from smallinit.data.sources import stdlib_files
 
-ARMS = {"paper": dict(gamma=1.0, norm_eps=1e-12, gate="elementwise"),
-        "baseline": dict(gamma=0.5, norm_eps=1e-5, gate="none")}
+ARMS = {
+    "paper": dict(gamma=1.0, norm_eps=1e-12, gate="elementwise"),
+    "baseline": dict(gamma=0.5, norm_eps=1e-5, gate="none"),
+}
 
 
 def text_bytes(files: list | None = None, limit: int = 8 << 20) -> torch.Tensor:
@@ -58,7 +60,7 @@ def train_arm(arm: str, data: torch.Tensor, steps: int, every: int, pairs: int, 
 
     def step() -> float:
         ix = torch.randint(0, len(data) - T - 1, (B,), generator=g)
-        batch = torch.stack([data[i:i + T + 1] for i in ix])
+        batch = torch.stack([data[i : i + T + 1] for i in ix])
         loss = model(batch[:, :-1], targets=batch[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -81,8 +83,10 @@ def train_arm(arm: str, data: torch.Tensor, steps: int, every: int, pairs: int, 
                     ms[flush].append((time.perf_counter() - t) / 2 * 1e3)
             rows.append({"arm": arm, "step": s, "loss": loss, "kept": min(ms[False]), "flushed": min(ms[True])})
             r = rows[-1]
-            print(f"| {arm} | {s} | {loss:.3f} | {r['kept']:.0f} | {r['flushed']:.0f} | "
-                  f"{r['kept'] / r['flushed']:.2f} |", flush=True)
+            print(
+                f"| {arm} | {s} | {loss:.3f} | {r['kept']:.0f} | {r['flushed']:.0f} | {r['kept'] / r['flushed']:.2f} |",
+                flush=True,
+            )
     torch.set_flush_denormal(False)
     return rows
 
@@ -99,10 +103,14 @@ def main() -> None:
     torch.set_num_threads(1)  # the flush mode is per thread: one thread toggles it exactly
     print(header(1))
     data = text_bytes(args.text)
-    print(f"{len(data):,} bytes of {'the standard library' if not args.text else f'{len(args.text)} file(s)'}; "
-          f"training between timings with subnormals {'kept' if args.train_kept else 'flushed'}")
-    print("| arm | step | loss | ms/step, subnormals kept | ms/step, flushed | kept ÷ flushed |\n"
-          "|---|---|---|---|---|---|")
+    print(
+        f"{len(data):,} bytes of {'the standard library' if not args.text else f'{len(args.text)} file(s)'}; "
+        f"training between timings with subnormals {'kept' if args.train_kept else 'flushed'}"
+    )
+    print(
+        "| arm | step | loss | ms/step, subnormals kept | ms/step, flushed | kept ÷ flushed |\n"
+        "|---|---|---|---|---|---|"
+    )
     for arm in args.arms.split(","):
         train_arm(arm, data, args.steps, args.every, args.pairs, train_flush=not args.train_kept)
 

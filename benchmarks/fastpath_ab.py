@@ -20,8 +20,8 @@ import types
 
 import torch
 import torch.nn.functional as F
-
 from bench_common import SHAPES, Transformer, header, make_step, nanogpt, ours_config, time_alternating
+
 from smallinit.model.attention import Attention
 from smallinit.model.fused import Rope
 from smallinit.model.norm import RMSNorm
@@ -35,9 +35,9 @@ def project_before(self, x, cos, sin):
     h = self.head_dim // 2
     qk = qkvg[..., :qk_dim].view(B, T, self.n_heads + self.n_kv_heads, self.head_dim)
     qk = Rope.apply(qk, cos[:, None, :h].to(qk.dtype), sin[:, None, :h].to(qk.dtype))
-    q, k = qk[:, :, :self.n_heads].transpose(1, 2), qk[:, :, self.n_heads:].transpose(1, 2)
-    v = qkvg[..., qk_dim:qk_dim + self.kv_dim].view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-    return q, k, v, qkvg[..., qk_dim + self.kv_dim:]
+    q, k = qk[:, :, : self.n_heads].transpose(1, 2), qk[:, :, self.n_heads :].transpose(1, 2)
+    v = qkvg[..., qk_dim : qk_dim + self.kv_dim].view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+    return q, k, v, qkvg[..., qk_dim + self.kv_dim :]
 
 
 def norm_before(self, h):
@@ -63,8 +63,18 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=1, help="run this many copies at once (one output block each)")
     args = ap.parse_args()
     if args.procs > 1:
-        cmd = [sys.executable, __file__, "--shape", args.shape, "--threads", str(args.threads), "--gate", args.gate,
-               "--rounds", str(args.rounds)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--shape",
+            args.shape,
+            "--threads",
+            str(args.threads),
+            "--gate",
+            args.gate,
+            "--rounds",
+            str(args.rounds),
+        ]
         procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(args.procs)]
         for i, p in enumerate(procs):
             out, _ = p.communicate()
@@ -83,13 +93,18 @@ def main() -> None:
         steps[name] = make_step(model, V, T, B, loss_fn=lambda f, x, y: f(x, targets=y))
         fpt[name] = model.flops_per_token(T)
     secs = time_alternating(steps, args.rounds)
-    print(f"| {args.shape} gate={args.gate}, {args.threads} thread(s), {args.rounds} rounds | ms per step (wall) | "
-          f"ms (CPU) | GFLOP/s × nanoGPT (wall) |\n|---|---|---|---|")
+    print(
+        f"| {args.shape} gate={args.gate}, {args.threads} thread(s), {args.rounds} rounds | ms per step (wall) | "
+        f"ms (CPU) | GFLOP/s × nanoGPT (wall) |\n|---|---|---|---|"
+    )
     for k, s in secs.items():
         ratio = (fpt[k] / s["wall"]) / (fpt["nanoGPT"] / secs["nanoGPT"]["wall"])
         print(f"| {k} | {s['wall'] * 1e3:.1f} | {s['cpu'] * 1e3:.1f} | {ratio:.3f} |")
-    print(f"speed-up (step time before ÷ after): ×{secs['before']['wall'] / secs['after']['wall']:.3f} (wall), "
-          f"×{secs['before']['cpu'] / secs['after']['cpu']:.3f} (CPU)", flush=True)
+    print(
+        f"speed-up (step time before ÷ after): ×{secs['before']['wall'] / secs['after']['wall']:.3f} (wall), "
+        f"×{secs['before']['cpu'] / secs['after']['cpu']:.3f} (CPU)",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

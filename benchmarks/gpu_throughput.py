@@ -31,7 +31,7 @@ BF16_PEAK_TFLOPS: list[tuple[str, float]] = [
     ("B200", 2250.0),
     ("H200", 989.0),
     ("H100 PCIe", 756.0),
-    ("H100", 989.0),       # SXM / NVL per GPU
+    ("H100", 989.0),  # SXM / NVL per GPU
     ("H800", 989.0),
     ("A100", 312.0),
     ("A800", 312.0),
@@ -74,15 +74,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_preset(preset: str, device: torch.device, seq_len: int, batch: int, steps: int, warmup: int,
-                compile_: bool, bf16: bool) -> dict:
+def time_preset(
+    preset: str, device: torch.device, seq_len: int, batch: int, steps: int, warmup: int, compile_: bool, bf16: bool
+) -> dict:
     """Median step time of one preset; returns tokens/s, TFLOP/s, memory and compile time."""
     torch.manual_seed(0)
     cfg = ModelConfig.from_preset(preset)
     cfg.max_seq_len = max(cfg.max_seq_len, seq_len)
     model = Transformer(cfg).to(device)
-    opt = torch.optim.AdamW(param_groups(model, 0.1, False), lr=1e-4, betas=(0.9, 0.95),
-                            fused=device.type in ("cuda", "cpu"))
+    opt = torch.optim.AdamW(
+        param_groups(model, 0.1, False), lr=1e-4, betas=(0.9, 0.95), fused=device.type in ("cuda", "cpu")
+    )
     fwd = torch.compile(model) if compile_ else model
     x = torch.randint(0, cfg.vocab_size, (batch, seq_len), device=device)
     y = torch.randint(0, cfg.vocab_size, (batch, seq_len), device=device)
@@ -116,9 +118,17 @@ def time_preset(preset: str, device: torch.device, seq_len: int, batch: int, ste
     tps = batch * seq_len / med
     flops = model.flops_per_token(seq_len)
     mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
-    return {"preset": preset, "params": model.num_params(), "seq_len": seq_len, "batch": batch,
-            "step_s": med, "tokens_per_s": tps, "tflops_per_s": tps * flops / 1e12,
-            "compile_s": first - med if compile_ else 0.0, "peak_mem_gib": mem}
+    return {
+        "preset": preset,
+        "params": model.num_params(),
+        "seq_len": seq_len,
+        "batch": batch,
+        "step_s": med,
+        "tokens_per_s": tps,
+        "tflops_per_s": tps * flops / 1e12,
+        "compile_s": first - med if compile_ else 0.0,
+        "peak_mem_gib": mem,
+    }
 
 
 def main() -> None:
@@ -143,33 +153,57 @@ def main() -> None:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     bf16 = not args.fp32
-    mm = measured_matmul_tflops(device, torch.bfloat16 if bf16 else torch.float32,
-                                n=8192 if device.type == "cuda" else 512, reps=10 if device.type == "cuda" else 2)
-    print(f"device: {name}; data-sheet bf16 peak: {f'{peak:.0f} TFLOP/s' if peak else 'unknown (use --peak)'}; "
-          f"measured {'bf16' if bf16 else 'fp32'} matmul: {mm:.1f} TFLOP/s; torch {torch.__version__}", flush=True)
+    mm = measured_matmul_tflops(
+        device,
+        torch.bfloat16 if bf16 else torch.float32,
+        n=8192 if device.type == "cuda" else 512,
+        reps=10 if device.type == "cuda" else 2,
+    )
+    print(
+        f"device: {name}; data-sheet bf16 peak: {f'{peak:.0f} TFLOP/s' if peak else 'unknown (use --peak)'}; "
+        f"measured {'bf16' if bf16 else 'fp32'} matmul: {mm:.1f} TFLOP/s; torch {torch.__version__}",
+        flush=True,
+    )
     rows = []
     for preset in [p.strip() for p in args.presets.split(",") if p.strip()]:
         r = time_preset(preset, device, args.seq, args.batch, args.steps, args.warmup, not args.no_compile, bf16)
         r["mfu"] = r["tflops_per_s"] / peak if peak else None
         r["mfu_vs_measured_matmul"] = r["tflops_per_s"] / mm if mm else None
         rows.append(r)
-        print(f"{preset}: {r['tokens_per_s']:,.0f} tok/s, {r['tflops_per_s']:.1f} TFLOP/s, "
-              f"MFU {r['mfu']:.1%}" if peak else f"{preset}: {r['tokens_per_s']:,.0f} tok/s", flush=True)
+        print(
+            f"{preset}: {r['tokens_per_s']:,.0f} tok/s, {r['tflops_per_s']:.1f} TFLOP/s, MFU {r['mfu']:.1%}"
+            if peak
+            else f"{preset}: {r['tokens_per_s']:,.0f} tok/s",
+            flush=True,
+        )
 
-    print(f"\n| preset | params | seq × batch | tokens/s | TFLOP/s | MFU (vs {peak or '?'} TFLOP/s) | "
-          "vs measured matmul | peak mem GiB | compile s |")
+    print(
+        f"\n| preset | params | seq × batch | tokens/s | TFLOP/s | MFU (vs {peak or '?'} TFLOP/s) | "
+        "vs measured matmul | peak mem GiB | compile s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "–"
-        print(f"| {r['preset']} | {r['params'] / 1e6:.1f}M | {r['seq_len']} × {r['batch']} | {r['tokens_per_s']:,.0f} | "
-              f"{r['tflops_per_s']:.1f} | {mfu} | {r['mfu_vs_measured_matmul']:.0%} | {r['peak_mem_gib']:.1f} | "
-              f"{r['compile_s']:.0f} |")
+        print(
+            f"| {r['preset']} | {r['params'] / 1e6:.1f}M | {r['seq_len']} × {r['batch']} | {r['tokens_per_s']:,.0f} | "
+            f"{r['tflops_per_s']:.1f} | {mfu} | {r['mfu_vs_measured_matmul']:.0%} | {r['peak_mem_gib']:.1f} | "
+            f"{r['compile_s']:.0f} |"
+        )
     if args.json:
-        from smallinit.io import atomic_write_json
+        from smallinit.core.io import atomic_write_json
 
-        atomic_write_json(args.json, {"device": name, "peak_tflops": peak, "measured_matmul_tflops": mm,
-                                      "bf16": bf16, "compiled": not args.no_compile, "torch": torch.__version__,
-                                      "runs": rows})
+        atomic_write_json(
+            args.json,
+            {
+                "device": name,
+                "peak_tflops": peak,
+                "measured_matmul_tflops": mm,
+                "bf16": bf16,
+                "compiled": not args.no_compile,
+                "torch": torch.__version__,
+                "runs": rows,
+            },
+        )
         print(json.dumps({"wrote": args.json}))
 
 

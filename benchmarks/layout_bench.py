@@ -27,7 +27,6 @@ import sys
 import time
 
 import torch
-
 from bench_common import SHAPES, Transformer, header, ours_config
 
 SHAPE = "d128b"
@@ -135,9 +134,16 @@ def run_layout(layout: str, steps: int, keep_freed: bool = False) -> float:
         cmds = [["--child", "single", "--threads", "2", "--seed", "0", *mb]]
     else:
         cmds = [["--child", layout, "--threads", "2"]]
-    procs = [subprocess.Popen([sys.executable, __file__, *c, "--steps", str(steps), "--shape", SHAPE]
-                              + ["--keep-freed-memory"] * keep_freed, stdout=subprocess.PIPE, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))) for c in cmds]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, *c, "--steps", str(steps), "--shape", SHAPE]
+            + ["--keep-freed-memory"] * keep_freed,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+        )
+        for c in cmds
+    ]
     res = []
     for p in procs:
         out, _ = p.communicate()
@@ -173,13 +179,19 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--micro", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--keep-freed-memory", action="store_true",
-                    help="glibc keeps freed blocks for reuse, as the Trainer sets it (smallinit.train.host)")
+    ap.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="glibc keeps freed blocks for reuse, as the Trainer sets it (smallinit.train.host)",
+    )
     args = ap.parse_args()
     SHAPE = args.shape
     if args.child:
-        print("RESULT " + json.dumps(child(args.child, args.threads, args.steps, args.seed, args.micro,
-                                           args.keep_freed_memory)), flush=True)
+        print(
+            "RESULT "
+            + json.dumps(child(args.child, args.threads, args.steps, args.seed, args.micro, args.keep_freed_memory)),
+            flush=True,
+        )
         return
     print(header(2), f"shape {SHAPE} {SHAPES[SHAPE]}", flush=True)
     layouts = args.layouts.split(",")

@@ -23,9 +23,9 @@ import tempfile
 import torch
 import torch.nn.functional as F
 
+from smallinit.config import load_config
 from smallinit.data.tokens import TokenData
 from smallinit.model.moe import MoE, moe_stats
-from smallinit.train.config import load_config
 from smallinit.train.loop import train
 
 
@@ -56,10 +56,16 @@ class RoutingProbe:
             for h in hooks:
                 h.remove()
         s = moe_stats(model)
-        row = {"run": self.name, "step": step, "loss": round(record.get("loss", float("nan")), 3),
-               "dead": s["dead_experts"], "slots": sum(len(v["expert_fraction"]) for v in s["layers"].values()),
-               "max_frac": round(s["max_expert_fraction"], 3), "entropy": round(s["router_entropy"], 3),
-               "mean_cos": cos}
+        row = {
+            "run": self.name,
+            "step": step,
+            "loss": round(record.get("loss", float("nan")), 3),
+            "dead": s["dead_experts"],
+            "slots": sum(len(v["expert_fraction"]) for v in s["layers"].values()),
+            "max_frac": round(s["max_expert_fraction"], 3),
+            "entropy": round(s["router_entropy"], 3),
+            "mean_cos": cos,
+        }
         self.rows.append(row)
         print(json.dumps(row), flush=True)
 
@@ -75,9 +81,19 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="config overrides, section.key=value")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    ov = {"data.path": args.data, "data.seq_len": 128, "model.max_seq_len": 128, "train.max_steps": args.steps,
-          "train.batch_size": 8, "train.log_every": 20, "train.eval_every": 10**9, "train.ckpt_every": 10**9,
-          "train.threads": 1, "train.progress": False, "optim.warmup_steps": 30}
+    ov = {
+        "data.path": args.data,
+        "data.seq_len": 128,
+        "model.max_seq_len": 128,
+        "train.max_steps": args.steps,
+        "train.batch_size": 8,
+        "train.log_every": 20,
+        "train.eval_every": 10**9,
+        "train.ckpt_every": 10**9,
+        "train.threads": 1,
+        "train.progress": False,
+        "optim.warmup_steps": 30,
+    }
     cfg = load_config("small-moe", [f"{k}={json.dumps(v)}" for k, v in ov.items()] + args.overrides)
     val = TokenData(args.data).val
     n = args.probe_seqs * 128
@@ -89,8 +105,10 @@ def main() -> None:
         train(cfg, args.out or tmp, callbacks=[probe])
     print("\n| step | loss | dead slots | max share | router entropy | mean cos (layers) |\n|---|---|---|---|---|---|")
     for r in probe.rows:
-        print(f"| {r['step']} | {r['loss']} | {r['dead']}/{r['slots']} | {r['max_frac']} | {r['entropy']} | "
-              f"{', '.join(f'{c:.2f}' for c in r['mean_cos'])} |")
+        print(
+            f"| {r['step']} | {r['loss']} | {r['dead']}/{r['slots']} | {r['max_frac']} | {r['entropy']} | "
+            f"{', '.join(f'{c:.2f}' for c in r['mean_cos'])} |"
+        )
 
 
 if __name__ == "__main__":

@@ -90,19 +90,34 @@ def main() -> None:
     for (preset, impl), model, ws, cs in zip(runs, models, wall, cpu):
         med, cmed = statistics.median(ws), statistics.median(cs)
         row = {
-            "preset": preset, "impl": impl or "dense",
-            "params_total": model.num_params(), "params_active": model.num_params(active=True),
+            "preset": preset,
+            "impl": impl or "dense",
+            "params_total": model.num_params(),
+            "params_active": model.num_params(active=True),
             "params_active_non_embedding": model.num_params(non_embedding=True, active=True),
-            "step_s_median": med, "step_s_all": ws, "cpu_s_median": cmed, "cpu_s_all": cs,
+            "step_s_median": med,
+            "step_s_all": ws,
+            "cpu_s_median": cmed,
+            "cpu_s_all": cs,
             "tokens_per_s": args.batch * args.seq / med,
             "tokens_per_cpu_s": args.batch * args.seq / cmed,
         }
         results.append(row)
-        print(f"{preset:>10} {row['impl']:>10}  total {row['params_total'] / 1e6:6.2f}M  "
-              f"active {row['params_active'] / 1e6:6.2f}M  step {med * 1e3:7.1f} ms  "
-              f"{row['tokens_per_s']:6.0f} tok/s  ({row['tokens_per_cpu_s']:6.0f} tok per CPU-s)")
-    meta = {"batch": args.batch, "seq": args.seq, "dtype": "float32", "threads": args.threads,
-            "warmup": args.warmup, "steps": args.steps, "torch": torch.__version__, "step": "fwd+bwd+AdamW"}
+        print(
+            f"{preset:>10} {row['impl']:>10}  total {row['params_total'] / 1e6:6.2f}M  "
+            f"active {row['params_active'] / 1e6:6.2f}M  step {med * 1e3:7.1f} ms  "
+            f"{row['tokens_per_s']:6.0f} tok/s  ({row['tokens_per_cpu_s']:6.0f} tok per CPU-s)"
+        )
+    meta = {
+        "batch": args.batch,
+        "seq": args.seq,
+        "dtype": "float32",
+        "threads": args.threads,
+        "warmup": args.warmup,
+        "steps": args.steps,
+        "torch": torch.__version__,
+        "step": "fwd+bwd+AdamW",
+    }
     if args.out:
         tmp = args.out + ".tmp"
         with open(tmp, "w") as f:

@@ -43,9 +43,19 @@ import sys
 import time
 
 import torch
-
-from bench_common import (SHAPES, Transformer, bf16_peak, cpu_flags, header, load_average, make_step, matmul_peak,
-                          nanogpt, ours_config, time_alternating)
+from bench_common import (
+    SHAPES,
+    Transformer,
+    bf16_peak,
+    cpu_flags,
+    header,
+    load_average,
+    make_step,
+    matmul_peak,
+    nanogpt,
+    ours_config,
+    time_alternating,
+)
 
 
 def ours_loss(fwd, x, y):
@@ -83,15 +93,19 @@ def make_elementwise_free() -> None:
     def no_rotation(x, cos, sin, sign, out=None):
         return x if out is None else out.copy_(x)
 
-    for owner, attr, replacement in ((norm.RMSNorm, "forward", lambda self, h: h), (fused, "rotate", no_rotation),
-                                     (mlp.SwiGLU, "forward", swiglu_as_sum)):
+    for owner, attr, replacement in (
+        (norm.RMSNorm, "forward", lambda self, h: h),
+        (fused, "rotate", no_rotation),
+        (mlp.SwiGLU, "forward", swiglu_as_sum),
+    ):
         if not hasattr(owner, attr):
             raise SystemExit(f"error: --bound: {owner.__name__}.{attr} is gone; update make_elementwise_free")
         setattr(owner, attr, replacement)
 
 
-def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, keep_freed: bool = False,
-          dtype: str = "fp32") -> dict:
+def child(
+    shape: str, name: str, threads: int, steps: int, logits_loss: bool, keep_freed: bool = False, dtype: str = "fp32"
+) -> dict:
     """One model alone in this process: median wall and CPU seconds per step over ``steps`` after 2 warm-up steps
     (3 for a ``COMPILED`` name, whose first step compiles: compile time excluded)."""
     torch.set_num_threads(threads)
@@ -117,25 +131,56 @@ def child(shape: str, name: str, threads: int, steps: int, logits_loss: bool, ke
     return {"wall": statistics.median(wall), "cpu": statistics.median(cpu)}
 
 
-def time_isolated(shape: str, threads: int, rounds: int, steps: int, logits_loss: bool,
-                  keep_freed: bool = False, models: tuple[str, ...] = MODELS, dtype: str = "fp32"
-                  ) -> dict[str, dict[str, float]]:
+def time_isolated(
+    shape: str,
+    threads: int,
+    rounds: int,
+    steps: int,
+    logits_loss: bool,
+    keep_freed: bool = False,
+    models: tuple[str, ...] = MODELS,
+    dtype: str = "fp32",
+) -> dict[str, dict[str, float]]:
     """Median over rounds of each model's per-process median step time; each round runs every model in turn, each
     in a fresh process."""
     per: dict[str, list[dict]] = {k: [] for k in models}
     for _ in range(rounds):
         for k in models:
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", k, "--shapes", shape, "--threads",
-                   str(threads), "--steps", str(steps)] + ["--logits-loss"] * logits_loss \
-                + ["--keep-freed-memory"] * keep_freed + ["--dtype", dtype]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                                 cwd=os.path.dirname(os.path.abspath(__file__))).stdout
+            cmd = (
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--child",
+                    k,
+                    "--shapes",
+                    shape,
+                    "--threads",
+                    str(threads),
+                    "--steps",
+                    str(steps),
+                ]
+                + ["--logits-loss"] * logits_loss
+                + ["--keep-freed-memory"] * keep_freed
+                + ["--dtype", dtype]
+            )
+            out = subprocess.run(
+                cmd, capture_output=True, text=True, check=True, cwd=os.path.dirname(os.path.abspath(__file__))
+            ).stdout
             per[k].append(json.loads(next(ln[7:] for ln in out.splitlines() if ln.startswith("RESULT "))))
     return {k: {c: statistics.median(r[c] for r in v) for c in ("wall", "cpu")} for k, v in per.items()}
 
 
-def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool = False,
-        isolated_steps: int = 0, keep_freed: bool = False, bound: bool = False, dtype: str = "fp32") -> list[dict]:
+def run(
+    shape: str,
+    threads: int,
+    rounds: int,
+    compile_: bool,
+    logits_loss: bool = False,
+    isolated_steps: int = 0,
+    keep_freed: bool = False,
+    bound: bool = False,
+    dtype: str = "fp32",
+) -> list[dict]:
     torch.set_num_threads(threads)
     d, L, H, ff, T, B, V = SHAPES[shape]
     names = MODELS + BOUND_MODELS * bound + tuple(m + COMPILED for m in MODELS) * (compile_ and bool(isolated_steps))
@@ -161,13 +206,21 @@ def run(shape: str, threads: int, rounds: int, compile_: bool, logits_loss: bool
     modes = [""] + [" compiled"] * compile_
     for k, s in secs.items():
         mode = " compiled" if k.endswith(" compiled") else ""
-        r = {"shape": shape, "threads": threads, "model": k, "dtype": dtype, "peak_gflops": peak,
-             "peaks_gflops": peaks, "load": load_average()}
+        r = {
+            "shape": shape,
+            "threads": threads,
+            "model": k,
+            "dtype": dtype,
+            "peak_gflops": peak,
+            "peaks_gflops": peaks,
+            "load": load_average(),
+        }
         for clock in ("wall", "cpu"):
             base = {m: B * T / secs["nanoGPT" + m][clock] * fpt["nanoGPT"] / 1e9 for m in modes}
             gf = B * T / s[clock] * fpt[k] / 1e9
-            r.update({f"tokens_per_s_{clock}": B * T / s[clock], f"gflops_{clock}": gf,
-                      f"ratio_{clock}": gf / base[mode]})
+            r.update(
+                {f"tokens_per_s_{clock}": B * T / s[clock], f"gflops_{clock}": gf, f"ratio_{clock}": gf / base[mode]}
+            )
         r["mfu"] = r["gflops_wall"] / peak
         rows.append(r)
     return rows
@@ -179,22 +232,48 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--logits-loss", action="store_true",
-                    help="ours through full logits + F.cross_entropy (the path before the chunked loss)")
+    ap.add_argument(
+        "--logits-loss",
+        action="store_true",
+        help="ours through full logits + F.cross_entropy (the path before the chunked loss)",
+    )
     ap.add_argument("--json")
     ap.add_argument("--isolated", action="store_true", help="each model alone in a fresh process per round")
     ap.add_argument("--steps", type=int, default=4, help="timed steps per process with --isolated")
-    ap.add_argument("--keep-freed-memory", action="store_true",
-                    help="with --isolated: every model's process keeps freed blocks for reuse, as the Trainer does")
-    ap.add_argument("--bound", action="store_true",
-                    help="with --isolated: also our models with norms, RoPE and the SwiGLU product made free")
-    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
-                    help="bf16: every model under the same torch.autocast('cpu', dtype=torch.bfloat16)")
+    ap.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="with --isolated: every model's process keeps freed blocks for reuse, as the Trainer does",
+    )
+    ap.add_argument(
+        "--bound",
+        action="store_true",
+        help="with --isolated: also our models with norms, RoPE and the SwiGLU product made free",
+    )
+    ap.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="bf16: every model under the same torch.autocast('cpu', dtype=torch.bfloat16)",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print("RESULT " + json.dumps(child(args.shapes, args.child, int(args.threads), args.steps, args.logits_loss,
-                                           args.keep_freed_memory, args.dtype)), flush=True)
+        print(
+            "RESULT "
+            + json.dumps(
+                child(
+                    args.shapes,
+                    args.child,
+                    int(args.threads),
+                    args.steps,
+                    args.logits_loss,
+                    args.keep_freed_memory,
+                    args.dtype,
+                )
+            ),
+            flush=True,
+        )
         return
     if args.keep_freed_memory and not args.isolated:
         ap.error("--keep-freed-memory needs --isolated (a process setting: every model gets its own process)")
@@ -205,18 +284,35 @@ def main() -> None:
         torch.set_num_threads(t)
         print(header(t, bf16=args.dtype == "bf16") + f"; models in {args.dtype}", flush=True)
         for shape in args.shapes.split(","):
-            rows = run(shape, t, args.rounds, args.compile, args.logits_loss, args.steps if args.isolated else 0,
-                       args.keep_freed_memory, args.bound, args.dtype)
+            rows = run(
+                shape,
+                t,
+                args.rounds,
+                args.compile,
+                args.logits_loss,
+                args.steps if args.isolated else 0,
+                args.keep_freed_memory,
+                args.bound,
+                args.dtype,
+            )
             all_rows += rows
-            print(f"\n{shape} ({SHAPES[shape]}), {t} thread(s), "
-                  f"{'each model alone in its process, ' if args.isolated else ''}{args.dtype}, matmul peak in this "
-                  f"run " + ", ".join(f"{k} {v:.1f}" for k, v in rows[0]["peaks_gflops"].items())
-                  + f" GFLOP/s (MFU against {args.dtype}'s), flags {cpu_flags()}")
-            print("| model | tokens/s | GFLOP/s | MFU | × nanoGPT (wall) | tokens per CPU-s | × nanoGPT (CPU time) |\n"
-                  "|---|---|---|---|---|---|---|")
+            print(
+                f"\n{shape} ({SHAPES[shape]}), {t} thread(s), "
+                f"{'each model alone in its process, ' if args.isolated else ''}{args.dtype}, matmul peak in this "
+                f"run "
+                + ", ".join(f"{k} {v:.1f}" for k, v in rows[0]["peaks_gflops"].items())
+                + f" GFLOP/s (MFU against {args.dtype}'s), flags {cpu_flags()}"
+            )
+            print(
+                "| model | tokens/s | GFLOP/s | MFU | × nanoGPT (wall) | tokens per CPU-s | × nanoGPT (CPU time) |\n"
+                "|---|---|---|---|---|---|---|"
+            )
             for r in rows:
-                print(f"| {r['model']} | {r['tokens_per_s_wall']:.0f} | {r['gflops_wall']:.1f} | {r['mfu']:.0%} | "
-                      f"{r['ratio_wall']:.3f} | {r['tokens_per_s_cpu']:.0f} | {r['ratio_cpu']:.3f} |", flush=True)
+                print(
+                    f"| {r['model']} | {r['tokens_per_s_wall']:.0f} | {r['gflops_wall']:.1f} | {r['mfu']:.0%} | "
+                    f"{r['ratio_wall']:.3f} | {r['tokens_per_s_cpu']:.0f} | {r['ratio_cpu']:.3f} |",
+                    flush=True,
+                )
             print(f"(load average at the end: {load_average()})")
     if args.json:
         with open(args.json, "w") as f:

@@ -60,8 +60,16 @@ def prepare_data(path: str | None) -> Path:
     from smallinit.data import prepare_corpus
 
     out = Path(tempfile.mkdtemp(prefix="opt_eps_data_")) / "stdlib"
-    prepare_corpus(["builtin:stdlib"], out, tokenizer="bpe", vocab_size=4096, val_fraction=0.02, progress=False,
-                   max_bytes=6_000_000, num_workers=1)
+    prepare_corpus(
+        ["builtin:stdlib"],
+        out,
+        tokenizer="bpe",
+        vocab_size=4096,
+        val_fraction=0.02,
+        progress=False,
+        max_bytes=6_000_000,
+        num_workers=1,
+    )
     return out
 
 
@@ -70,10 +78,14 @@ def by_kind(rec: dict) -> dict[str, dict[str, float]]:
     groups: dict[str, list[dict]] = {}
     for name, m in rec["matrices"].items():
         groups.setdefault(matrix_kind(name), []).append(m)
-    return {k: {"damping": float(np.mean([m["damping"] for m in ms])),
-                "frac_below": float(np.mean([m["frac_below"] for m in ms])),
-                "median_sqrt_v": float(np.exp(np.mean([math.log(max(m["median_sqrt_v"], 1e-300)) for m in ms])))}
-            for k, ms in groups.items()}
+    return {
+        k: {
+            "damping": float(np.mean([m["damping"] for m in ms])),
+            "frac_below": float(np.mean([m["frac_below"] for m in ms])),
+            "median_sqrt_v": float(np.exp(np.mean([math.log(max(m["median_sqrt_v"], 1e-300)) for m in ms]))),
+        }
+        for k, ms in groups.items()
+    }
 
 
 def most_affected(rec: dict) -> tuple[str, dict]:
@@ -85,25 +97,51 @@ def most_affected(rec: dict) -> tuple[str, dict]:
 
 # ---- width part ----------------------------------------------------------------------------------
 
-def width_run(data_dir: Path, d: int, gamma: float, norm_eps: float, steps: int, layers: int, batch: int,
-              seq_len: int, seed: int, lr: float) -> dict:
+
+def width_run(
+    data_dir: Path,
+    d: int,
+    gamma: float,
+    norm_eps: float,
+    steps: int,
+    layers: int,
+    batch: int,
+    seq_len: int,
+    seed: int,
+    lr: float,
+) -> dict:
+    from smallinit.config import OptimConfig, load_config
     from smallinit.data import BatchLoader, TokenData
     from smallinit.model import Transformer
-    from smallinit.train.config import OptimConfig, load_config
     from smallinit.train.loop import param_groups
     from smallinit.train.schedule import lr_at
 
     data = TokenData(data_dir)
-    cfg = load_config("tiny", [f"model.d_model={d}", f"model.n_layers={layers}", f"model.n_heads={max(1, d // 64)}",
-                               f"model.d_ff={64 * math.ceil(8 * d / 3 / 64)}", f"model.gamma={gamma}", f"model.norm_eps={norm_eps}",
-                               f"model.max_seq_len={seq_len + 1}", f"data.seq_len={seq_len}"])
+    cfg = load_config(
+        "tiny",
+        [
+            f"model.d_model={d}",
+            f"model.n_layers={layers}",
+            f"model.n_heads={max(1, d // 64)}",
+            f"model.d_ff={64 * math.ceil(8 * d / 3 / 64)}",
+            f"model.gamma={gamma}",
+            f"model.norm_eps={norm_eps}",
+            f"model.max_seq_len={seq_len + 1}",
+            f"data.seq_len={seq_len}",
+        ],
+    )
     mc = cfg.model
     mc.vocab_size = data.vocab_size
     ocfg = OptimConfig(lr=lr, warmup_steps=30, eps=EPS)
     torch.manual_seed(seed)
     model = Transformer(mc)
-    opt = torch.optim.AdamW(param_groups(model, ocfg.weight_decay, ocfg.decay_embeddings), lr=lr,
-                            betas=tuple(ocfg.betas), eps=ocfg.eps, fused=True)
+    opt = torch.optim.AdamW(
+        param_groups(model, ocfg.weight_decay, ocfg.decay_embeddings),
+        lr=lr,
+        betas=tuple(ocfg.betas),
+        eps=ocfg.eps,
+        fused=True,
+    )
     loader = BatchLoader(data.train, seq_len, batch, seed, bos_id=data.bos_id)
     out = {"d": d, "gamma": gamma, "norm_eps": norm_eps, "d_ff": mc.d_ff, "steps": {}, "loss": [], "grad_norm": []}
     t0 = time.perf_counter()
@@ -146,21 +184,35 @@ def run_width(args) -> dict:
         for gamma in args.gammas:
             for d in args.widths:
                 trained = d in args.train_widths and norm_eps in args.train_norm_eps
-                r = width_run(data_dir, d, gamma, norm_eps, args.steps if trained else 1, args.layers, args.batch,
-                              args.seq_len, args.seed, args.lr)
+                r = width_run(
+                    data_dir,
+                    d,
+                    gamma,
+                    norm_eps,
+                    args.steps if trained else 1,
+                    args.layers,
+                    args.batch,
+                    args.seq_len,
+                    args.seed,
+                    args.lr,
+                )
                 results.append(r)
                 s1 = r["steps"][1]
-                print(f"# d={d} γ={gamma} norm ε={norm_eps:g}: {r['seconds']:.0f}s, step-1 grad norm "
-                      f"{r['grad_norm'][0]:.3g}, worst {s1['worst']['name']} damping {s1['worst']['damping']:.3g}",
-                      flush=True)
+                print(
+                    f"# d={d} γ={gamma} norm ε={norm_eps:g}: {r['seconds']:.0f}s, step-1 grad norm "
+                    f"{r['grad_norm'][0]:.3g}, worst {s1['worst']['name']} damping {s1['worst']['damping']:.3g}",
+                    flush=True,
+                )
     print_width(results, args)
     return {"part": "width", "args": vars(args), "results": results}
 
 
 def print_width(results: list[dict], args) -> None:
     kinds = ["attn.q", "attn.k", "attn.v", "attn.gate", "attn.o", "mlp.gate", "mlp.up", "mlp.down", "tok_emb"]
-    print(f"\nPer matrix kind, mean damping ε/(√v̂+ε) over layers [share with √v̂ < ε] at step 1 (= first gradient) "
-          f"and after the last trained step; ε = {EPS:g}")
+    print(
+        f"\nPer matrix kind, mean damping ε/(√v̂+ε) over layers [share with √v̂ < ε] at step 1 (= first gradient) "
+        f"and after the last trained step; ε = {EPS:g}"
+    )
     for norm_eps in args.norm_eps:
         print(f"\nnorm ε = {norm_eps:g}\n")
         print("| γ | d | step | " + " | ".join(kinds) + " | most affected block matrix |")
@@ -170,13 +222,20 @@ def print_width(results: list[dict], args) -> None:
                 continue
             for s in sorted(set(r["steps"]) & {1, 5, max(r["steps"])}):
                 st = r["steps"][s]
-                cells = [f"{st['kinds'][k]['damping']:.2g} [{st['kinds'][k]['frac_below']:.2g}]"
-                         if k in st["kinds"] else "–" for k in kinds]
+                cells = [
+                    f"{st['kinds'][k]['damping']:.2g} [{st['kinds'][k]['frac_below']:.2g}]" if k in st["kinds"] else "–"
+                    for k in kinds
+                ]
                 w = st["worst"]
-                print(f"| {r['gamma']:g} | {r['d']} | {s} | " + " | ".join(cells)
-                      + f" | {w['name']}: {w['damping']:.2g} [{w['frac_below']:.2g}] |")
-    print("\nMedian √v̂ at step 1 (geometric mean over layers) vs d; log-log slope; extrapolated width where the "
-          "fitted median reaches 9ε (median entry damped 10%) and ε (50%)")
+                print(
+                    f"| {r['gamma']:g} | {r['d']} | {s} | "
+                    + " | ".join(cells)
+                    + f" | {w['name']}: {w['damping']:.2g} [{w['frac_below']:.2g}] |"
+                )
+    print(
+        "\nMedian √v̂ at step 1 (geometric mean over layers) vs d; log-log slope; extrapolated width where the "
+        "fitted median reaches 9ε (median entry damped 10%) and ε (50%)"
+    )
     for norm_eps in args.norm_eps:
         for gamma in args.gammas:
             rs = sorted((r for r in results if r["norm_eps"] == norm_eps and r["gamma"] == gamma), key=lambda r: r["d"])
@@ -196,8 +255,9 @@ def print_width(results: list[dict], args) -> None:
 
 # ---- sensitivity part ----------------------------------------------------------------------------
 
+
 def run_sensitivity(args) -> dict:
-    from smallinit.train.config import load_config
+    from smallinit.config import load_config
     from smallinit.train.loop import Trainer
 
     data_dir = prepare_data(args.data)
@@ -208,14 +268,33 @@ def run_sensitivity(args) -> dict:
     for arm in args.arms:
         gamma, eps = (float(x) for x in arm.split(":"))
         name = f"d{args.d}_g{gamma:g}_eps{eps:g}"
-        over = [f"data.path={data_dir}", "data.seq_len=128", "data.val_batches=8", "data.bos=true",
-                "model.max_seq_len=128", f"model.d_model={args.d}", f"model.n_layers={args.layers}",
-                f"model.n_heads={heads}", f"model.d_ff={d_ff}", f"model.gamma={gamma}", f"model.norm_eps={args.norm_eps}",
-                f"optim.eps={eps}", f"optim.lr={args.lr}", "optim.warmup_steps=30", f"train.max_steps={args.steps}",
-                "train.batch_size=8", "train.log_every=1", f"train.eval_every={args.steps // 2}",
-                f"train.ckpt_every={args.steps}", "train.keep_ckpts=1", "train.progress=false",
-                f"train.seed={args.seed}", f"train.threads={args.threads}", f"probe.every={args.probe_every}",
-                "probe.heatmaps=[]"]
+        over = [
+            f"data.path={data_dir}",
+            "data.seq_len=128",
+            "data.val_batches=8",
+            "data.bos=true",
+            "model.max_seq_len=128",
+            f"model.d_model={args.d}",
+            f"model.n_layers={args.layers}",
+            f"model.n_heads={heads}",
+            f"model.d_ff={d_ff}",
+            f"model.gamma={gamma}",
+            f"model.norm_eps={args.norm_eps}",
+            f"optim.eps={eps}",
+            f"optim.lr={args.lr}",
+            "optim.warmup_steps=30",
+            f"train.max_steps={args.steps}",
+            "train.batch_size=8",
+            "train.log_every=1",
+            f"train.eval_every={args.steps // 2}",
+            f"train.ckpt_every={args.steps}",
+            "train.keep_ckpts=1",
+            "train.progress=false",
+            f"train.seed={args.seed}",
+            f"train.threads={args.threads}",
+            f"probe.every={args.probe_every}",
+            "probe.heatmaps=[]",
+        ]
         cfg = load_config("tiny", over)
         t0 = time.perf_counter()
         Trainer(cfg, root / name, callbacks=[TrainingProbe(cfg.probe)]).run()
@@ -230,35 +309,65 @@ def run_sensitivity(args) -> dict:
             if oe.get("matrices"):
                 w_name, w = most_affected(oe)
                 kinds = by_kind(oe)
-                traj.append({"step": p["step"], "worst": w_name, "worst_damping": w["damping"],
-                             "worst_frac_below": w["frac_below"],
-                             "block_mean_damping": float(np.mean([v["damping"] for k, v in kinds.items()
-                                                                  if k != "tok_emb"])),
-                             "kinds": kinds})
-        arms.append({"name": name, "gamma": gamma, "eps": eps, "seconds": secs, "losses": losses, "val": vals,
-                     "final_loss": losses[-1], "final_val": vals[-1][1], "finite": all(map(math.isfinite, losses)),
-                     "trajectory": traj})
+                traj.append(
+                    {
+                        "step": p["step"],
+                        "worst": w_name,
+                        "worst_damping": w["damping"],
+                        "worst_frac_below": w["frac_below"],
+                        "block_mean_damping": float(
+                            np.mean([v["damping"] for k, v in kinds.items() if k != "tok_emb"])
+                        ),
+                        "kinds": kinds,
+                    }
+                )
+        arms.append(
+            {
+                "name": name,
+                "gamma": gamma,
+                "eps": eps,
+                "seconds": secs,
+                "losses": losses,
+                "val": vals,
+                "final_loss": losses[-1],
+                "final_val": vals[-1][1],
+                "finite": all(map(math.isfinite, losses)),
+                "trajectory": traj,
+            }
+        )
         print(f"# {name}: {secs:.0f}s, final loss {losses[-1]:.4f}, val {vals[-1][1]:.4f}", flush=True)
-    print(f"\nd = {args.d}, {args.layers} layers, norm ε {args.norm_eps:g}, {args.steps} steps of 8×128 tokens, "
-          f"seed {args.seed}\n")
+    print(
+        f"\nd = {args.d}, {args.layers} layers, norm ε {args.norm_eps:g}, {args.steps} steps of 8×128 tokens, "
+        f"seed {args.seed}\n"
+    )
     print("| arm | final train loss | final val loss | all losses finite | s |")
     print("|---|---|---|---|---|")
     for a in arms:
-        print(f"| γ={a['gamma']:g}, optim ε={a['eps']:g} | {a['final_loss']:.4f} | {a['final_val']:.4f} | "
-              f"{a['finite']} | {a['seconds']:.0f} |")
+        print(
+            f"| γ={a['gamma']:g}, optim ε={a['eps']:g} | {a['final_loss']:.4f} | {a['final_val']:.4f} | "
+            f"{a['finite']} | {a['seconds']:.0f} |"
+        )
     g1 = [a for a in arms if a["gamma"] == 1.0]
     if len(g1) >= 2:
         a, b = g1[0], g1[1]
         diff = [x - y for x, y in zip(a["losses"], b["losses"])]
-        print(f"\n{a['name']} − {b['name']}: final val {a['final_val'] - b['final_val']:+.4f}, final train "
-              f"{diff[-1]:+.4f}, largest per-step |Δ train loss| {max(map(abs, diff)):.4f} "
-              f"(step {int(np.argmax(np.abs(diff))) + 1}), mean Δ over the last 40 steps {np.mean(diff[-40:]):+.4f}")
+        print(
+            f"\n{a['name']} − {b['name']}: final val {a['final_val'] - b['final_val']:+.4f}, final train "
+            f"{diff[-1]:+.4f}, largest per-step |Δ train loss| {max(map(abs, diff)):.4f} "
+            f"(step {int(np.argmax(np.abs(diff))) + 1}), mean Δ over the last 40 steps {np.mean(diff[-40:]):+.4f}"
+        )
     print("\nProbe over training: mean damping of the block matrices (mean over kinds) / most affected block matrix")
     print("\n| arm | " + " | ".join(f"step {t['step']}" for t in arms[0]["trajectory"]) + " |")
     print("|---|" + "---|" * len(arms[0]["trajectory"]))
     for a in arms:
-        print(f"| {a['name']} | " + " | ".join(f"{t['block_mean_damping']:.2g} / {t['worst_damping']:.2g} "
-                                               f"({t['worst'].split('.', 2)[-1]})" for t in a["trajectory"]) + " |")
+        print(
+            f"| {a['name']} | "
+            + " | ".join(
+                f"{t['block_mean_damping']:.2g} / {t['worst_damping']:.2g} ({t['worst'].split('.', 2)[-1]})"
+                for t in a["trajectory"]
+            )
+            + " |"
+        )
     return {"part": "sensitivity", "args": vars(args), "arms": arms, "runs": str(root)}
 
 
@@ -270,10 +379,20 @@ def main() -> None:
     w.add_argument("--gammas", type=float, nargs="+", default=[1.0, 0.5])
     w.add_argument("--norm-eps", type=float, nargs="+", default=[1e-12, 1e-5])
     w.add_argument("--steps", type=int, default=20)
-    w.add_argument("--train-widths", type=int, nargs="+", default=[128, 512],
-                   help="widths trained for --steps steps (the others: step 1 only, the gradient at init)")
-    w.add_argument("--train-norm-eps", type=float, nargs="+", default=[1e-12],
-                   help="norm ε values trained for --steps steps (the others: step 1 only)")
+    w.add_argument(
+        "--train-widths",
+        type=int,
+        nargs="+",
+        default=[128, 512],
+        help="widths trained for --steps steps (the others: step 1 only, the gradient at init)",
+    )
+    w.add_argument(
+        "--train-norm-eps",
+        type=float,
+        nargs="+",
+        default=[1e-12],
+        help="norm ε values trained for --steps steps (the others: step 1 only)",
+    )
     w.add_argument("--layers", type=int, default=2)
     w.add_argument("--batch", type=int, default=8)
     w.add_argument("--seq-len", type=int, default=128)
@@ -297,7 +416,7 @@ def main() -> None:
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, CPU flags: {cpu_flags()}", flush=True)
     res = run_width(args) if args.part == "width" else run_sensitivity(args)
     if args.out:
-        from smallinit.io import atomic_write_json
+        from smallinit.core.io import atomic_write_json
 
         atomic_write_json(Path(args.out), res)
 

@@ -65,10 +65,19 @@ def run_once(args, every: int, root: Path, tag: str) -> dict:
     from smallinit.train import load_config
     from smallinit.train.loop import Trainer
 
-    over = [f"data.path={args.data}", f"data.seq_len={args.seq_len}", f"train.batch_size={args.batch_size}",
-            f"train.max_steps={args.steps}", "train.log_every=1", f"train.eval_every={10 * args.steps}",
-            f"train.ckpt_every={10 * args.steps}", "train.progress=false", f"train.threads={args.threads}",
-            "data.val_batches=2", f"probe.every={every}"]
+    over = [
+        f"data.path={args.data}",
+        f"data.seq_len={args.seq_len}",
+        f"train.batch_size={args.batch_size}",
+        f"train.max_steps={args.steps}",
+        "train.log_every=1",
+        f"train.eval_every={10 * args.steps}",
+        f"train.ckpt_every={10 * args.steps}",
+        "train.progress=false",
+        f"train.threads={args.threads}",
+        "data.val_batches=2",
+        f"probe.every={every}",
+    ]
     cfg = load_config("small", over)
     first, last = _Clock(False), _Clock(True)
     cbs = [first]
@@ -82,9 +91,17 @@ def run_once(args, every: int, root: Path, tag: str) -> dict:
     tok = args.batch_size * args.seq_len
     steps = [tok / json.loads(l)["tokens_per_s"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     probes = [json.loads(l) for l in (run_dir / "probes.jsonl").read_text().splitlines()] if every else []
-    return {"every": every, "total_s": last.t1 - first.t0, "cpu_s": last.c1 - first.c0, "step_s": steps, "step_median_s": statistics.median(steps),
-            "loader_median_s": statistics.median(last.loader_s), "probe_s": [p["seconds"] for p in probes],
-            "probe_steps": [p["step"] for p in probes], "probe_total_s": probe.seconds if probe else 0.0}
+    return {
+        "every": every,
+        "total_s": last.t1 - first.t0,
+        "cpu_s": last.c1 - first.c0,
+        "step_s": steps,
+        "step_median_s": statistics.median(steps),
+        "loader_median_s": statistics.median(last.loader_s),
+        "probe_s": [p["seconds"] for p in probes],
+        "probe_steps": [p["step"] for p in probes],
+        "probe_total_s": probe.seconds if probe else 0.0,
+    }
 
 
 def main(argv=None) -> int:
@@ -113,23 +130,43 @@ def main(argv=None) -> int:
     loader = statistics.median(x["loader_median_s"] for x in results["off"])
     model = {k: c_probe / (k * c_step) for k in (10, 20, 25, 50, 100, 200)}
     summary = {
-        "shape": {"preset": "small", "seq_len": args.seq_len, "batch_size": args.batch_size, "steps": args.steps,
-                  "threads": args.threads or torch.get_num_threads()},
-        "every": args.every, "total_off_s": t_off, "total_on_s": t_on, "measured_overhead": (t_on - t_off) / t_off,
-        "cpu_off_s": cpu_off, "cpu_on_s": cpu_on, "cpu_overhead": (cpu_on - cpu_off) / cpu_off,
-        "step_median_s": c_step, "probe_median_s": c_probe, "probe_over_step": c_probe / c_step,
-        "model_overhead": model, "loader_median_s": loader, "loader_share": loader / c_step,
+        "shape": {
+            "preset": "small",
+            "seq_len": args.seq_len,
+            "batch_size": args.batch_size,
+            "steps": args.steps,
+            "threads": args.threads or torch.get_num_threads(),
+        },
+        "every": args.every,
+        "total_off_s": t_off,
+        "total_on_s": t_on,
+        "measured_overhead": (t_on - t_off) / t_off,
+        "cpu_off_s": cpu_off,
+        "cpu_on_s": cpu_on,
+        "cpu_overhead": (cpu_on - cpu_off) / cpu_off,
+        "step_median_s": c_step,
+        "probe_median_s": c_probe,
+        "probe_over_step": c_probe / c_step,
+        "model_overhead": model,
+        "loader_median_s": loader,
+        "loader_share": loader / c_step,
         "runs": results,
     }
-    print(f"small shapes, seq {args.seq_len}, batch {args.batch_size}, {args.steps} steps, "
-          f"{summary['shape']['threads']} threads, {args.repeats} repeat(s)")
+    print(
+        f"small shapes, seq {args.seq_len}, batch {args.batch_size}, {args.steps} steps, "
+        f"{summary['shape']['threads']} threads, {args.repeats} repeat(s)"
+    )
     print(f"  step (median)          {c_step:8.3f} s")
     print(f"  one probe (median)     {c_probe:8.3f} s  = {c_probe / c_step:.2f} steps")
     print(f"  loader.get (median)    {loader * 1e3:8.2f} ms = {100 * loader / c_step:.2f}% of a step")
-    print(f"  loop time off / on     {t_off:8.1f} s / {t_on:.1f} s (every {args.every}): "
-          f"measured overhead {100 * summary['measured_overhead']:+.1f}%")
-    print(f"  CPU time off / on      {cpu_off:8.1f} s / {cpu_on:.1f} s: CPU overhead {100 * summary['cpu_overhead']:+.1f}% "
-          "(robust to other processes' load when --threads 1)")
+    print(
+        f"  loop time off / on     {t_off:8.1f} s / {t_on:.1f} s (every {args.every}): "
+        f"measured overhead {100 * summary['measured_overhead']:+.1f}%"
+    )
+    print(
+        f"  CPU time off / on      {cpu_off:8.1f} s / {cpu_on:.1f} s: CPU overhead {100 * summary['cpu_overhead']:+.1f}% "
+        "(robust to other processes' load when --threads 1)"
+    )
     print("  model overhead c_probe/(k·c_step): " + ", ".join(f"k={k}: {100 * v:.1f}%" for k, v in model.items()))
     if args.out:
         Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")

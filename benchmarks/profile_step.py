@@ -1,7 +1,7 @@
 """Where a training step's time goes: torch.profiler table by op for ours and nanoGPT at one shape.
 
-    python benchmarks/profile_step.py [--shape d128|d384] [--threads 2] [--steps 4] [--rows 25]
-        [--models none,elementwise,nanogpt] [--logits-loss]
+python benchmarks/profile_step.py [--shape d128|d384] [--threads 2] [--steps 4] [--rows 25]
+    [--models none,elementwise,nanogpt] [--logits-loss]
 """
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-
 from bench_common import SHAPES, Transformer, header, make_step, nanogpt, ours_config
+from torch.profiler import ProfilerActivity, profile
 
 
 def main() -> None:
@@ -38,13 +37,17 @@ def main() -> None:
             for _ in range(args.steps):
                 step()
         total = sum(e.self_cpu_time_total for e in prof.key_averages())
-        print(f"\n## {args.shape} {'nanoGPT' if name == 'nanogpt' else 'smallinit gate=' + name}: "
-              f"{total / args.steps / 1e3:.1f} ms self-CPU per step ({args.steps} steps)")
+        print(
+            f"\n## {args.shape} {'nanoGPT' if name == 'nanogpt' else 'smallinit gate=' + name}: "
+            f"{total / args.steps / 1e3:.1f} ms self-CPU per step ({args.steps} steps)"
+        )
         print("| op | self CPU ms/step | share | calls/step |\n|---|---|---|---|")
-        rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:args.rows]
+        rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[: args.rows]
         for e in rows:
-            print(f"| {e.key} | {e.self_cpu_time_total / args.steps / 1e3:.2f} | "
-                  f"{e.self_cpu_time_total / total:.1%} | {e.count / args.steps:.0f} |")
+            print(
+                f"| {e.key} | {e.self_cpu_time_total / args.steps / 1e3:.2f} | "
+                f"{e.self_cpu_time_total / total:.1%} | {e.count / args.steps:.0f} |"
+            )
 
 
 if __name__ == "__main__":

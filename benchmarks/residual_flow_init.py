@@ -28,21 +28,41 @@ from smallinit.model import ModelConfig, Transformer
 from smallinit.probes import compute_probes
 
 
-def measure(d: int, gamma: float, layers: int, gate: str, norm_eps: float, seed: int, vocab: int = 4096,
-            batch: int = 4, T: int = 128) -> dict[str, list[float]]:
+def measure(
+    d: int,
+    gamma: float,
+    layers: int,
+    gate: str,
+    norm_eps: float,
+    seed: int,
+    vocab: int = 4096,
+    batch: int = 4,
+    T: int = 128,
+) -> dict[str, list[float]]:
     """Per block: residual flow (ratio) and raw branch norm of the attention and MLP branches at init."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=vocab, d_model=d, n_layers=layers, n_heads=max(1, d // 64),
-                      d_ff=64 * math.ceil(8 * d / 3 / 64), max_seq_len=T, gamma=gamma, gate=gate, norm_eps=norm_eps,
-                      tie_embeddings=True)
+    cfg = ModelConfig(
+        vocab_size=vocab,
+        d_model=d,
+        n_layers=layers,
+        n_heads=max(1, d // 64),
+        d_ff=64 * math.ceil(8 * d / 3 / 64),
+        max_seq_len=T,
+        gamma=gamma,
+        gate=gate,
+        norm_eps=norm_eps,
+        tie_embeddings=True,
+    )
     model = Transformer(cfg)
     idx = torch.randint(0, vocab, (batch, T), generator=torch.Generator().manual_seed(1000 + seed))
     raw: dict[str, list[float]] = {"attn": [0.0] * layers, "mlp": [0.0] * layers}
     hooks = []
     for i, b in enumerate(model.blocks):
         for key, mod in (("attn", b.attn), ("mlp", b.mlp)):
+
             def hook(m, a, out, i=i, key=key):
                 raw[key][i] = float(out.detach().double().norm(dim=-1).mean())
+
             hooks.append(mod.register_forward_hook(hook))
     try:
         rec = compute_probes(model, idx, weights=False)
@@ -50,8 +70,13 @@ def measure(d: int, gamma: float, layers: int, gate: str, norm_eps: float, seed:
         for h in hooks:
             h.remove()
     stream = [math.sqrt(d * lay["attn_norm"]["mean_square"]) for lay in rec["layers"]]  # ≈ ||h|| entering block i
-    return {"attn": [lay["flow_attn"] for lay in rec["layers"]], "mlp": [lay["flow_mlp"] for lay in rec["layers"]],
-            "raw_attn": raw["attn"], "raw_mlp": raw["mlp"], "stream": stream}
+    return {
+        "attn": [lay["flow_attn"] for lay in rec["layers"]],
+        "mlp": [lay["flow_mlp"] for lay in rec["layers"]],
+        "raw_attn": raw["attn"],
+        "raw_mlp": raw["mlp"],
+        "stream": stream,
+    }
 
 
 def slope(xs: list[int], ys: list[float]) -> float:
@@ -80,10 +105,15 @@ def main() -> None:
             res[gamma][d] = {k: np.mean([r[k] for r in runs], axis=0) for k in runs[0]}
 
     W = args.widths
-    print(f"# residual flow ||F(norm(h))||/||h|| at init; {args.layers} blocks, gate {args.gate}, norm ε "
-          f"{args.norm_eps:g}, random tokens (4 × 128), mean of {args.seeds} seeds\n")
-    print("| γ | branch | " + " | ".join(f"d {d}: block 0 / mean" for d in W)
-          + " | slope block 0 | slope mean over blocks | paper 1−γ |")
+    print(
+        f"# residual flow ||F(norm(h))||/||h|| at init; {args.layers} blocks, gate {args.gate}, norm ε "
+        f"{args.norm_eps:g}, random tokens (4 × 128), mean of {args.seeds} seeds\n"
+    )
+    print(
+        "| γ | branch | "
+        + " | ".join(f"d {d}: block 0 / mean" for d in W)
+        + " | slope block 0 | slope mean over blocks | paper 1−γ |"
+    )
     print("|---|---|" + "---|" * (len(W) + 3))
     for gamma in args.gammas:
         for br in ("attn", "mlp"):
@@ -102,10 +132,18 @@ def main() -> None:
     if args.out:
         from pathlib import Path
 
-        from smallinit.io import atomic_write_json
+        from smallinit.core.io import atomic_write_json
 
-        atomic_write_json(Path(args.out), {"args": vars(args), "results": {
-            str(g): {str(d): {k: v.tolist() for k, v in r.items()} for d, r in per.items()} for g, per in res.items()}})
+        atomic_write_json(
+            Path(args.out),
+            {
+                "args": vars(args),
+                "results": {
+                    str(g): {str(d): {k: v.tolist() for k, v in r.items()} for d, r in per.items()}
+                    for g, per in res.items()
+                },
+            },
+        )
 
 
 if __name__ == "__main__":

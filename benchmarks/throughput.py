@@ -47,8 +47,9 @@ def matmul_peak(dtype: torch.dtype, sizes=(512, 1024, 2048), reps: int = 5) -> f
     return best
 
 
-def time_training(cfg: ModelConfig, seq_len: int, batch: int, dtype: str, compile_: bool, steps: int = 5,
-                  warmup: int = 2) -> dict:
+def time_training(
+    cfg: ModelConfig, seq_len: int, batch: int, dtype: str, compile_: bool, steps: int = 5, warmup: int = 2
+) -> dict:
     torch.manual_seed(0)
     model = Transformer(cfg)
     opt = torch.optim.AdamW(param_groups(model, 0.1, False), lr=1e-3, fused=True)  # as the Trainer
@@ -80,9 +81,15 @@ def time_training(cfg: ModelConfig, seq_len: int, batch: int, dtype: str, compil
     med = statistics.median(times)
     tps = batch * seq_len / med
     flops = model.flops_per_token(seq_len)
-    return {"tokens_per_s": tps, "gflops_per_s": tps * flops / 1e9, "step_s": med,
-            "compile_s": first - med if compile_ else 0.0, "peak_rss_mb": peak_rss_mb(),
-            "params": model.num_params(), "active_params": model.num_params(active=True)}
+    return {
+        "tokens_per_s": tps,
+        "gflops_per_s": tps * flops / 1e9,
+        "step_s": med,
+        "compile_s": first - med if compile_ else 0.0,
+        "peak_rss_mb": peak_rss_mb(),
+        "params": model.num_params(),
+        "active_params": model.num_params(active=True),
+    }
 
 
 def main() -> None:
@@ -104,28 +111,36 @@ def main() -> None:
     if bf16_usable:
         peaks["bf16"] = max(peaks["bf16"], matmul_peak(torch.bfloat16, sizes=(1024, 2048)))
     out["peak_gflops"] = peaks
-    print(f"matmul peak: fp32 {peaks['fp32']:.1f} GFLOP/s, bf16 {peaks['bf16']:.1f} GFLOP/s "
-          f"({out['threads']} threads)\n", flush=True)
+    print(
+        f"matmul peak: fp32 {peaks['fp32']:.1f} GFLOP/s, bf16 {peaks['bf16']:.1f} GFLOP/s ({out['threads']} threads)\n",
+        flush=True,
+    )
     rows = []
     variants = [("fp32", False), ("fp32", True), ("bf16", False), ("bf16", True)]
     if args.quick:
         variants = [("fp32", False), ("bf16", True)]
     if not bf16_usable:
-        print(f"bf16 matmul runs at {peaks['bf16']:.1f} GFLOP/s here vs {peaks['fp32']:.1f} fp32 (no native bf16): "
-              "bf16 variants skipped\n")
+        print(
+            f"bf16 matmul runs at {peaks['bf16']:.1f} GFLOP/s here vs {peaks['fp32']:.1f} fp32 (no native bf16): "
+            "bf16 variants skipped\n"
+        )
         variants = [v for v in variants if v[0] != "bf16"]
         out["bf16_skipped"] = True
     shapes = {k: v for k, v in SHAPES.items() if not args.only or k == args.only}
     for name, (d, L, H, T, B, V) in shapes.items():
         for gate in ("none", "elementwise"):
-            cfg = ModelConfig(vocab_size=V, d_model=d, n_layers=L, n_heads=H, max_seq_len=T, gate=gate,
-                              tie_embeddings=True)
+            cfg = ModelConfig(
+                vocab_size=V, d_model=d, n_layers=L, n_heads=H, max_seq_len=T, gate=gate, tie_embeddings=True
+            )
             for dtype, comp in variants:
                 r = time_training(cfg, T, B, dtype, comp, steps=args.steps)
                 r.update(shape=name, gate=gate, dtype=dtype, compiled=comp, mfu=r["gflops_per_s"] / peaks[dtype])
                 rows.append(r)
-                print(f"{name:14s} gate={gate:11s} {dtype} {'compiled' if comp else 'eager   '} "
-                      f"{r['tokens_per_s']:9.0f} tok/s  {r['gflops_per_s']:6.1f} GFLOP/s  MFU {r['mfu']:.0%}", flush=True)
+                print(
+                    f"{name:14s} gate={gate:11s} {dtype} {'compiled' if comp else 'eager   '} "
+                    f"{r['tokens_per_s']:9.0f} tok/s  {r['gflops_per_s']:6.1f} GFLOP/s  MFU {r['mfu']:.0%}",
+                    flush=True,
+                )
     if not args.only:
         moe = ModelConfig.from_preset("small-moe")
         for dtype, comp in variants[:1]:
@@ -138,27 +153,48 @@ def main() -> None:
     print("\n| shape | gate | dtype | mode | tokens/s | GFLOP/s | MFU | peak RSS MB | compile s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['shape']} | {r['gate']} | {r['dtype']} | {'compiled' if r['compiled'] else 'eager'} | "
-              f"{r['tokens_per_s']:.0f} | {r['gflops_per_s']:.1f} | {r['mfu']:.0%} | {r['peak_rss_mb']:.0f} | "
-              f"{r['compile_s']:.1f} |")
+        print(
+            f"| {r['shape']} | {r['gate']} | {r['dtype']} | {'compiled' if r['compiled'] else 'eager'} | "
+            f"{r['tokens_per_s']:.0f} | {r['gflops_per_s']:.1f} | {r['mfu']:.0%} | {r['peak_rss_mb']:.0f} | "
+            f"{r['compile_s']:.1f} |"
+        )
 
     if not args.no_scaling and not args.only:
         scaling = []
         print("\n| sweep | d_model | seq_len | tokens/s | GFLOP/s | MFU | peak RSS MB |")
         print("|---|---|---|---|---|---|---|")
-        for d, T in [(128, 256), (256, 256), (512, 256), (768, 256), (1024, 256),
-                     (384, 128), (384, 512), (384, 1024), (384, 2048)]:
+        for d, T in [
+            (128, 256),
+            (256, 256),
+            (512, 256),
+            (768, 256),
+            (1024, 256),
+            (384, 128),
+            (384, 512),
+            (384, 1024),
+            (384, 2048),
+        ]:
             B = max(1, 4096 // T)
-            cfg = ModelConfig(vocab_size=8192, d_model=d, n_layers=4, n_heads=max(1, d // 64), max_seq_len=T,
-                              gate="elementwise", tie_embeddings=True)
+            cfg = ModelConfig(
+                vocab_size=8192,
+                d_model=d,
+                n_layers=4,
+                n_heads=max(1, d // 64),
+                max_seq_len=T,
+                gate="elementwise",
+                tie_embeddings=True,
+            )
             r = time_training(cfg, T, B, "fp32", False, steps=args.scaling_steps, warmup=1)
             r.update(d_model=d, seq_len=T, batch=B, mfu=r["gflops_per_s"] / peaks["fp32"])
             scaling.append(r)
-            print(f"| {'d' if T == 256 else 'T'} | {d} | {T} | {r['tokens_per_s']:.0f} | {r['gflops_per_s']:.1f} | "
-                  f"{r['mfu']:.0%} | {r['peak_rss_mb']:.0f} |", flush=True)
+            print(
+                f"| {'d' if T == 256 else 'T'} | {d} | {T} | {r['tokens_per_s']:.0f} | {r['gflops_per_s']:.1f} | "
+                f"{r['mfu']:.0%} | {r['peak_rss_mb']:.0f} |",
+                flush=True,
+            )
         out["scaling"] = scaling
     if args.json:
-        from smallinit.io import atomic_write_json
+        from smallinit.core.io import atomic_write_json
 
         atomic_write_json(args.json, out)
 

@@ -44,8 +44,13 @@ def run(tokenizer: str, langs: dict[str, list[Path]], vocab_size: int, workers: 
     tmp = Path(tempfile.mkdtemp(prefix="smallinit-bench-"))
     try:
         meta = prepare_corpus(
-            inputs, tmp / "out", tokenizer=tokenizer, vocab_size=vocab_size, val_fraction=0.0,
-            num_workers=workers, progress=False,
+            inputs,
+            tmp / "out",
+            tokenizer=tokenizer,
+            vocab_size=vocab_size,
+            val_fraction=0.0,
+            num_workers=workers,
+            progress=False,
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -76,7 +81,7 @@ def run(tokenizer: str, langs: dict[str, list[Path]], vocab_size: int, workers: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from smallinit.paths import shared_data_dir
+    from smallinit.core.paths import shared_data_dir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=None, help="shared data folder (default: ../shared/data)")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 
 import torch
-
 from bench_common import SHAPES, Transformer, header, make_step, ours_config, time_alternating
 
 
@@ -28,10 +27,13 @@ def bytes_per_token(path: str, vocab: int, max_bytes: int = 3_000_000) -> float:
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator([text[i:i + 100_000] for i in range(0, len(text), 100_000)],
-                            trainers.BpeTrainer(vocab_size=vocab, show_progress=False,
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    n = sum(len(e.ids) for e in tok.encode_batch([text[i:i + 100_000] for i in range(0, len(text), 100_000)]))
+    tok.train_from_iterator(
+        [text[i : i + 100_000] for i in range(0, len(text), 100_000)],
+        trainers.BpeTrainer(
+            vocab_size=vocab, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    n = sum(len(e.ids) for e in tok.encode_batch([text[i : i + 100_000] for i in range(0, len(text), 100_000)]))
     return nbytes / n
 
 
@@ -52,15 +54,20 @@ def main() -> None:
         steps[v] = make_step(Transformer(cfgs[v]), v, T, B, loss_fn=lambda f, x, y: f(x, targets=y))
     secs = time_alternating(steps, args.rounds)
     bpt = {v: bytes_per_token(args.corpus, v) for v in steps} if args.corpus else {}
-    print("\n| vocab | tokens/s | tokens per CPU-s | FLOPs/token (M) | LM head share | body share |"
-          + (" bytes/token | text bytes/s |" if bpt else "") + "\n|---|---|---|---|---|---|" + ("---|---|" if bpt else ""))
+    print(
+        "\n| vocab | tokens/s | tokens per CPU-s | FLOPs/token (M) | LM head share | body share |"
+        + (" bytes/token | text bytes/s |" if bpt else "")
+        + "\n|---|---|---|---|---|---|"
+        + ("---|---|" if bpt else "")
+    )
     for v, s in secs.items():
         c = cfgs[v]
         fpt = c.flops_per_token(T)
         head = 6.0 * c.vocab_size * c.d_model
         tps = B * T / s["wall"]
-        row = (f"| {v} | {tps:.0f} | {B * T / s['cpu']:.0f} | {fpt / 1e6:.2f} | {head / fpt:.0%} | "
-               f"{1 - head / fpt:.0%} |")
+        row = (
+            f"| {v} | {tps:.0f} | {B * T / s['cpu']:.0f} | {fpt / 1e6:.2f} | {head / fpt:.0%} | {1 - head / fpt:.0%} |"
+        )
         if bpt:
             row += f" {bpt[v]:.2f} | {tps * bpt[v]:.0f} |"
         print(row, flush=True)

@@ -30,18 +30,39 @@ def token_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("data") / "stdlib"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prepare_corpus(["builtin:stdlib"], out, tokenizer="bpe", vocab_size=512, val_fraction=0.1,
-                       progress=False, max_bytes=400_000)
+        prepare_corpus(
+            ["builtin:stdlib"],
+            out,
+            tokenizer="bpe",
+            vocab_size=512,
+            val_fraction=0.1,
+            progress=False,
+            max_bytes=400_000,
+        )
     return out
 
 
 def tiny_overrides(data_dir: Path, **extra) -> list[str]:
     """Overrides that make the `tiny` preset train in a second or two per few steps on one core."""
-    base = {"data.path": str(data_dir), "data.seq_len": 32, "data.val_batches": 2, "model.d_model": 32,
-            "model.n_layers": 2, "model.n_heads": 2, "model.d_ff": 64, "model.max_seq_len": 32,
-            "train.batch_size": 4, "train.max_steps": 20, "train.log_every": 1, "train.eval_every": 10,
-            "train.ckpt_every": 5, "train.keep_ckpts": 10, "train.progress": False, "optim.warmup_steps": 2,
-            "train.threads": 1}
+    base = {
+        "data.path": str(data_dir),
+        "data.seq_len": 32,
+        "data.val_batches": 2,
+        "model.d_model": 32,
+        "model.n_layers": 2,
+        "model.n_heads": 2,
+        "model.d_ff": 64,
+        "model.max_seq_len": 32,
+        "train.batch_size": 4,
+        "train.max_steps": 20,
+        "train.log_every": 1,
+        "train.eval_every": 10,
+        "train.ckpt_every": 5,
+        "train.keep_ckpts": 10,
+        "train.progress": False,
+        "optim.warmup_steps": 2,
+        "train.threads": 1,
+    }
     base.update(extra)
     return [f"{k}={v}" for k, v in base.items()]
 

@@ -7,9 +7,17 @@ import json
 import pytest
 import torch
 
-from smallinit.errors import ConfigError
-from smallinit.experiments.anchor import (ANCHORS, SHIFTS, AnchorConfig, classify_answers, make_data, target_of,
-                                          train_anchor, train_pairs)
+from smallinit.core.errors import ConfigError
+from smallinit.experiments.anchor import (
+    ANCHORS,
+    SHIFTS,
+    AnchorConfig,
+    classify_answers,
+    make_data,
+    target_of,
+    train_anchor,
+    train_pairs,
+)
 
 
 def test_training_pairs_exclude_both_orders_of_the_held_out_pair():
@@ -60,8 +68,9 @@ def test_config_errors():
 
 
 def test_a_tiny_run_learns_and_writes_its_files(tmp_path):
-    cfg = AnchorConfig(steps=60, n_train=512, n_test=128, d_model=16, n_layers=1, n_heads=2, d_ff=32, eval_every=30,
-                       lr=3e-3, threads=1)
+    cfg = AnchorConfig(
+        steps=60, n_train=512, n_test=128, d_model=16, n_layers=1, n_heads=2, d_ff=32, eval_every=30, lr=3e-3, threads=1
+    )
     r = train_anchor(cfg, tmp_path)
     h = r["history"]
     assert [x["step"] for x in h] == [0, 30, 60]
@@ -78,9 +87,30 @@ def test_a_tiny_run_learns_and_writes_its_files(tmp_path):
 def test_cli(tmp_path, capsys):
     from smallinit.cli import main
 
-    rc = main(["anchor", "--gamma", "0.5", "--steps", "4", "--out", str(tmp_path), "--quiet", "--set", "d_model=16",
-               "--set", "n_layers=1", "--set", "n_heads=2", "--set", "n_train=64", "--set", "n_test=32",
-               "--set", "eval_every=2"])
+    rc = main(
+        [
+            "anchor",
+            "--gamma",
+            "0.5",
+            "--steps",
+            "4",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--set",
+            "d_model=16",
+            "--set",
+            "n_layers=1",
+            "--set",
+            "n_heads=2",
+            "--set",
+            "n_train=64",
+            "--set",
+            "n_test=32",
+            "--set",
+            "eval_every=2",
+        ]
+    )
     assert rc == 0
     assert "held-out-pair acc" in capsys.readouterr().out
     assert json.loads((tmp_path / "anchor.json").read_text())["gamma"] == 0.5

@@ -12,9 +12,8 @@ import torch
 from torch import nn
 
 from smallinit import ModelConfig, RMSNorm, Transformer, gamma_init
-from smallinit.audit import (audit, audit_widths, check_out_dir, grad_eps_stats, implied_gamma,
-                             loglog_slope)
-from smallinit.errors import ConfigError
+from smallinit.audit import audit, audit_widths, check_out_dir, grad_eps_stats, implied_gamma, loglog_slope
+from smallinit.core.errors import ConfigError
 
 transformers = pytest.importorskip("transformers")
 
@@ -25,8 +24,15 @@ def _tiny(gamma: float, **kw) -> Transformer:
 
 
 def _small_llama_config(**kw):
-    d = dict(vocab_size=512, hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=64)
+    d = dict(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=352,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     d.update(kw)
     return transformers.LlamaConfig(**d)
 
@@ -34,8 +40,10 @@ def _small_llama_config(**kw):
 @pytest.fixture
 def no_network(monkeypatch):
     """Any attempt to open a socket fails the test."""
+
     def refuse(*a, **k):
         raise AssertionError("network access attempted")
+
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -43,8 +51,9 @@ def no_network(monkeypatch):
 
 # ---- implied γ ---------------------------------------------------------------------------------------
 
+
 def test_implied_gamma_formula():
-    assert implied_gamma(4096 ** -0.5, 4096) == pytest.approx(0.5)
+    assert implied_gamma(4096**-0.5, 4096) == pytest.approx(0.5)
     assert implied_gamma(0.02, 4096) == pytest.approx(-math.log(0.02) / math.log(4096))
     assert implied_gamma(0.02, 4096) == pytest.approx(0.470, abs=1e-3)  # the issue's example
     assert implied_gamma(0.02, 400) == pytest.approx(0.653, abs=1e-3)
@@ -61,7 +70,7 @@ def test_implied_gamma_recovers_gamma_init_on_our_transformer(gamma):
     assert len(rep.matrices) == 1 + 4 * (5 + 3)
     for m in rep.matrices:
         assert abs(m.implied_gamma - gamma) < 0.02, m
-        assert m.target_std == pytest.approx(m.fan_in ** -gamma)
+        assert m.target_std == pytest.approx(m.fan_in**-gamma)
     assert rep.matrices[[m.name for m in rep.matrices].index("blocks.0.mlp.down")].fan_in == 384
     assert abs(rep.gamma_median() - gamma) < 0.02
     # every norm and both branches of every block were seen
@@ -80,7 +89,9 @@ def test_implied_gamma_recovers_gamma_init_on_hf_llama(gamma):
     down = next(m for m in rep.matrices if m.name == "model.layers.1.mlp.down_proj.weight")
     assert down.fan_in == 352 and down.shape == (128, 352)
     # HF Llama layout: input_layernorm→self_attn, post_attention_layernorm→mlp; Llama's RMSNorm ε is variance_epsilon
-    assert {(b.block, b.branch) for b in rep.branches} == {(f"model.layers.{i}", k) for i in range(2) for k in ("attn", "mlp")}
+    assert {(b.block, b.branch) for b in rep.branches} == {
+        (f"model.layers.{i}", k) for i in range(2) for k in ("attn", "mlp")
+    }
     assert len(rep.norms) == 5 and all(n.eps == pytest.approx(1e-6) for n in rep.norms)
 
 
@@ -99,6 +110,7 @@ def test_hf_default_init_implies_the_fixed_std():
 
 
 # ---- ε-dominated norms -------------------------------------------------------------------------------
+
 
 class _TinyActs(nn.Module):
     """Embedding → RMSNorm → head, with an embedding std of ``scale`` (mean square scale² per token)."""
@@ -132,6 +144,7 @@ def test_tiny_activations_are_flagged_eps_dominated():
 
 def test_layernorm_saturation_uses_the_centred_input():
     """A LayerNorm's ε competes with the variance: a large constant offset must not hide tiny fluctuations."""
+
     class M(nn.Module):
         def __init__(self):
             super().__init__()
@@ -146,6 +159,7 @@ def test_layernorm_saturation_uses_the_centred_input():
 
 
 # ---- width slope -------------------------------------------------------------------------------------
+
 
 class _ResidualMap(nn.Module):
     """h + W·norm(h) with one d×d map W."""
@@ -183,6 +197,7 @@ def test_loglog_slope():
 
 
 # ---- the first optimizer step ------------------------------------------------------------------------
+
 
 def test_grad_eps_stats_definition():
     g = torch.tensor([0.0, 1e-10, 1e-9, 1e-7, 1e-3])
@@ -239,6 +254,7 @@ def test_audit_leaves_the_module_as_found():
 
 # ---- report renderings ----------------------------------------------------------------------------------
 
+
 def test_report_renderings_and_out_dir(tmp_path):
     model = _tiny(0.5, norm_eps=1e-5)
     rep = audit(model, gamma=1.0, batch=2, seq_len=32, target="tiny γ=0.5")
@@ -268,11 +284,23 @@ def test_report_renderings_and_out_dir(tmp_path):
 
 # ---- targets: HF configs, smallinit configs ----------------------------------------------------------------
 
+
 def _write_hf_config(folder, **over):
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = dict(model_type="llama", architectures=["LlamaForCausalLM"], vocab_size=300, hidden_size=64,
-               intermediate_size=176, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-               max_position_embeddings=128, rms_norm_eps=1e-5, initializer_range=0.02, torch_dtype="bfloat16")
+    cfg = dict(
+        model_type="llama",
+        architectures=["LlamaForCausalLM"],
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        initializer_range=0.02,
+        torch_dtype="bfloat16",
+    )
     cfg.update(over)
     (folder / "config.json").write_text(json.dumps(cfg))
     return folder
@@ -300,9 +328,17 @@ def test_hf_folder_with_only_a_config_audits_without_network(tmp_path, no_networ
 def test_cli_audits_a_qwen_style_config_with_widths(tmp_path, no_network, capsys):
     from smallinit.cli import main
 
-    folder = _write_hf_config(tmp_path / "qwen-like", model_type="qwen2", architectures=["Qwen2ForCausalLM"],
-                              hidden_size=128, intermediate_size=448, num_attention_heads=4, num_key_value_heads=2,
-                              rms_norm_eps=1e-6, num_hidden_layers=2)
+    folder = _write_hf_config(
+        tmp_path / "qwen-like",
+        model_type="qwen2",
+        architectures=["Qwen2ForCausalLM"],
+        hidden_size=128,
+        intermediate_size=448,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        num_hidden_layers=2,
+    )
     out = tmp_path / "out"
     rc = main(["audit", str(folder), "--widths", "64,128,256", "--out", str(out), "--batch", "2", "--seq", "16"])
     assert rc == 0
@@ -319,8 +355,14 @@ def test_cli_audits_a_qwen_style_config_with_widths(tmp_path, no_network, capsys
 def test_width_scaling_keeps_head_dim():
     from smallinit.audit.targets import scale_hf_config, scale_model_config
 
-    q = transformers.Qwen2Config(hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
-                                 num_key_value_heads=4, num_hidden_layers=28, vocab_size=152064)
+    q = transformers.Qwen2Config(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        num_hidden_layers=28,
+        vocab_size=152064,
+    )
     s = scale_hf_config(q, 1024, n_layers=2, vocab_size=32768)
     assert (s.hidden_size, s.num_attention_heads, s.num_key_value_heads) == (1024, 8, 1)
     assert s.intermediate_size == round(18944 * 1024 / 3584) and s.num_hidden_layers == 2
@@ -335,8 +377,23 @@ def test_width_scaling_keeps_head_dim():
 def test_cli_preset_with_overrides_and_bad_input(tmp_path, capsys):
     from smallinit.cli import main
 
-    rc = main(["audit", "tiny", "model.gamma=0.5", "model.d_model=64", "model.n_heads=2", "model.d_ff=128",
-               "model.n_layers=2", "--gamma", "0.5", "--seq", "16", "--batch", "1"])
+    rc = main(
+        [
+            "audit",
+            "tiny",
+            "model.gamma=0.5",
+            "model.d_model=64",
+            "model.n_heads=2",
+            "model.d_ff=128",
+            "model.n_layers=2",
+            "--gamma",
+            "0.5",
+            "--seq",
+            "16",
+            "--batch",
+            "1",
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     assert "γ ≈ 0.5" in out
@@ -367,8 +424,8 @@ def test_load_report_round_trips(tmp_path):
 def test_cli_audits_a_run_directory_and_its_checkpoint(tiny_cfg, tmp_path, capsys):
     """`smallinit audit RUN_DIR` (the README's example) reads the run's config.yaml and its latest checkpoint's
     weights; a checkpoint folder is audited alone; a damaged config.yaml is one error line."""
-    from smallinit.checkpoint import list_checkpoints
     from smallinit.cli import main
+    from smallinit.runs.checkpoint import list_checkpoints
     from smallinit.train import train
 
     run = tmp_path / "run"

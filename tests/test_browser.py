@@ -18,15 +18,23 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import tiny_overrides
+
 from smallinit.cli import main as cli
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (apt-get install -y chromium)")
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--allow-file-access-from-files",
-         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=8000"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--hide-scrollbars",
+    "--allow-file-access-from-files",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=8000",
+]
 
 WRAPPER = """<!doctype html><html><body>
 <iframe id="f" style="width:1280px;height:2000px" src="{src}"></iframe>
@@ -55,8 +63,8 @@ def console_messages(stderr: str, page: Path) -> list[str]:
 
 def check_page(index: Path, shot: Path, tmp: Path) -> dict:
     """Render ``index`` headless; assert no broken image, no console message, not blank. Returns the stats."""
-    from matplotlib.image import imread
     import numpy as np
+    from matplotlib.image import imread
 
     r = chromium([f"--screenshot={shot}", "--window-size=1280,2000", index.resolve().as_uri()])
     assert shot.is_file(), r.stderr[-2000:]
@@ -83,8 +91,21 @@ def test_plot_report_renders_in_chromium(tmp_path, token_dir):
     runs = []
     for g in ("1.0", "0.5"):
         out = tmp_path / f"g{g}"
-        assert cli(["train", "--config", "tiny", "--out", str(out), *tiny_overrides(
-            token_dir, **{"train.max_steps": 10, "model.gamma": g, "probe.every": 5, "train.eval_every": 5})]) == 0
+        assert (
+            cli(
+                [
+                    "train",
+                    "--config",
+                    "tiny",
+                    "--out",
+                    str(out),
+                    *tiny_overrides(
+                        token_dir, **{"train.max_steps": 10, "model.gamma": g, "probe.every": 5, "train.eval_every": 5}
+                    ),
+                ]
+            )
+            == 0
+        )
         runs.append(str(out))
     report = tmp_path / "report"
     assert cli(["plot", *runs, "--out", str(report)]) == 0

@@ -10,11 +10,21 @@ import numpy as np
 import pytest
 
 from smallinit.experiments.claims import c02_shrink, c06_condensation, c08_scaling, c09_anchor
-from smallinit.experiments.claims.rules import (INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SUPPORTED, Effect, combine,
-                                                difference, is_finite, paired_effect, proportion_gap_ci)
-
+from smallinit.experiments.claims.rules import (
+    INCONCLUSIVE,
+    NOT_REACHED,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    Effect,
+    combine,
+    difference,
+    is_finite,
+    paired_effect,
+    proportion_gap_ci,
+)
 
 # ---- copies of the old rules (as they were before issue 18), to show what they said --------------------------
+
 
 def old_claim2(adv_nofix: dict[float, Effect], adv_fix: dict[float, Effect]) -> str:
     """Old claim 2: the two trend parts only, never the sign of the advantage."""
@@ -42,7 +52,7 @@ def old_claim6(small: dict[str, list[float]], std: dict[str, list[float]]) -> tu
 
 def old_claim8(baseline, variant) -> tuple[str, float]:
     """Old claim 8: the gain at the largest size decides, extrapolated or not, whatever the number of sizes."""
-    from smallinit.scaling import effective_size, fit_scaling_law
+    from smallinit.analysis.scaling import effective_size, fit_scaling_law
 
     fit = fit_scaling_law([n for n, _ in baseline], [l for _, l in baseline])
     n, l, hw = sorted(variant)[-1]
@@ -65,6 +75,7 @@ def _e(v: float, h: float = 0.02) -> Effect:
 
 
 # ---- claim 2 ----------------------------------------------------------------------------------------------------
+
 
 def test_claim2_behind_at_every_size_is_not_supported():
     """The README's cpu case: γ = 1 about 0.5 nats behind at every size. Without fixes the (negative) advantage
@@ -93,8 +104,11 @@ def test_claim2_compares_widths_at_equal_tokens_per_parameter():
     fix = {1e6: _e(0.20), 1e7: _e(0.25)}
     v = c02_shrink.judge(nofix, fix, {1e6: 0.25, 1e7: 0.025})
     assert v.verdict == INCONCLUSIVE
-    assert any("width is confounded with tokens per parameter: 0.25 at the smallest size to 0.025" in n
-               and "would read 'supported'" in n for n in v.notes)
+    assert any(
+        "width is confounded with tokens per parameter: 0.25 at the smallest size to 0.025" in n
+        and "would read 'supported'" in n
+        for n in v.notes
+    )
     assert v.numbers["tokens_per_param"] == {"1000000.0": 0.25, "10000000.0": 0.025}
     same = c02_shrink.judge(nofix, fix, {1e6: 80.0, 1e7: 80.5}, enough=75.0)  # equal and at the declared budget
     assert same.verdict == SUPPORTED and not any("confounded" in n for n in same.notes)
@@ -114,9 +128,16 @@ def test_claim2_short_runs_are_not_reached_never_not_supported():
 
 def _claim2_ctx(tmp_path, params, tokens, enough, captured):
     sizes = ("s", "m")
-    losses = {("s", "nofix", "0.5"): 3.0, ("s", "nofix", "1"): 2.7, ("m", "nofix", "0.5"): 2.8,
-              ("m", "nofix", "1"): 2.78, ("s", "fix", "0.5"): 3.0, ("s", "fix", "1"): 2.8,
-              ("m", "fix", "0.5"): 2.8, ("m", "fix", "1"): 2.55}
+    losses = {
+        ("s", "nofix", "0.5"): 3.0,
+        ("s", "nofix", "1"): 2.7,
+        ("m", "nofix", "0.5"): 2.8,
+        ("m", "nofix", "1"): 2.78,
+        ("s", "fix", "0.5"): 3.0,
+        ("s", "fix", "1"): 2.8,
+        ("m", "fix", "0.5"): 2.8,
+        ("m", "fix", "1"): 2.55,
+    }
     p = SimpleNamespace(shrink_sizes=sizes, extra_crossovers=(), enough=enough)
     roles = c02_shrink.arms(p)
     key = {id(a): tuple(role.split("/")) for role, a in roles.items()}
@@ -126,11 +147,17 @@ def _claim2_ctx(tmp_path, params, tokens, enough, captured):
         return {"verdict": v.verdict}
 
     return SimpleNamespace(
-        p=p, roles=roles, out=tmp_path,
+        p=p,
+        roles=roles,
+        out=tmp_path,
         cost=lambda a: {"non_embedding_params": params[key[id(a)][0]], "tokens": tokens[key[id(a)][0]]},
         tokens_per_param=lambda a: tokens[key[id(a)][0]] / params[key[id(a)][0]],
-        losses_by_seed=lambda a: {0: losses[key[id(a)]]}, loss_hw=lambda a, b: 0.01, names=lambda *a: [],
-        result=result, extra_crossovers=lambda claim: [])
+        losses_by_seed=lambda a: {0: losses[key[id(a)]]},
+        loss_hw=lambda a, b: 0.01,
+        names=lambda *a: [],
+        result=result,
+        extra_crossovers=lambda claim: [],
+    )
 
 
 def test_claim2_analysis_takes_tokens_per_parameter_from_the_planned_costs(tmp_path):
@@ -208,11 +235,13 @@ def fast_trajectory(t) -> np.ndarray:
 
 def old_issue18_claim6(small, std, steps):
     """The rule before issue 35: condensation from the first probed step after 0 to the step nearest t_end / 2."""
+
     def stats(r):
         pts = [(t, x) for t, x in zip(steps, r) if t > 0]
         (t_ref, r_ref), (t_end, r_end) = pts[0], pts[-1]
         t_mid, r_mid = min(pts[1:-1], key=lambda p: abs(p[0] - t_end / 2))
         return math.log(r_ref) - math.log(r_mid)
+
     return paired_effect("a", [stats(small[n]) for n in NAMES], [stats(std[n]) for n in NAMES], "matrices")
 
 
@@ -229,8 +258,9 @@ def test_claim6_fast_condensation_is_seen_by_the_early_log_spaced_probes():
 
     def arms_at(steps):
         small = {n: list(fast_trajectory(steps) * np.exp(rng.normal(0, 0.02, len(steps)))) for n in NAMES}
-        std = {n: list(30 * np.exp(-np.asarray(steps) / 20000) * np.exp(rng.normal(0, 0.02, len(steps))))
-               for n in NAMES}
+        std = {
+            n: list(30 * np.exp(-np.asarray(steps) / 20000) * np.exp(rng.normal(0, 0.02, len(steps)))) for n in NAMES
+        }
         return small, std
 
     s_u, t_u = arms_at(uniform)
@@ -266,8 +296,10 @@ def test_claim6_compares_arms_at_the_same_learning_rate():
     assert set(c06_condensation.arms(CPU)) == {"small", "std"}
     untuned = dataclasses.replace(CPU, crossover=dataclasses.replace(CPU.crossover, lrs=(), lr=3e-3))
     assert c06_condensation.uses_crossover(untuned) and c06_condensation.arms(untuned) == {}
-    off = dataclasses.replace(untuned, crossover=CrossoverPlan(size="d128", tokens=1, arms=("paper", "gamma-only"),
-                                                              overrides={"probe.every": 0}))
+    off = dataclasses.replace(
+        untuned,
+        crossover=CrossoverPlan(size="d128", tokens=1, arms=("paper", "gamma-only"), overrides={"probe.every": 0}),
+    )
     assert not c06_condensation.uses_crossover(off)
 
 
@@ -278,8 +310,10 @@ def test_claim6_stats_and_probe_table():
     assert s["condensation"] == pytest.approx(math.log(10 / 4)) and s["expansion"] == pytest.approx(0.0)
     assert math.isnan(c06_condensation.condensation_stats([0, 5, 10], [10, 8, 4])["expansion"])  # too few steps
     assert c06_condensation.reference_steps([5, 10, 20, 40]) is None  # no step 0
-    recs = [{"step": 0, "matrices": {"blocks.0.q": {"srank": 5.0}, "emb": {"srank": 1.0}}},
-            {"step": 10, "matrices": {"blocks.0.q": {"srank": 4.0}, "blocks.0.k": {"srank": 3.0}}}]
+    recs = [
+        {"step": 0, "matrices": {"blocks.0.q": {"srank": 5.0}, "emb": {"srank": 1.0}}},
+        {"step": 10, "matrices": {"blocks.0.q": {"srank": 4.0}, "blocks.0.k": {"srank": 3.0}}},
+    ]
     steps, table = c06_condensation.srank_table(recs)
     assert steps == [0.0, 10.0]
     assert table["blocks.0.q"] == [5.0, 4.0] and math.isnan(table["blocks.0.k"][0]) and "emb" not in table
@@ -291,7 +325,7 @@ E, A, ALPHA = 2.0, 50.0, 0.3
 
 
 def law(n: float) -> float:
-    return E + A * n ** -ALPHA
+    return E + A * n**-ALPHA
 
 
 def test_claim8_extrapolated_negative_gain_is_inconclusive():
@@ -336,6 +370,7 @@ def test_claim8_interpolated_figure_from_four_sizes_decides():
 
 # ---- claim 9 ----------------------------------------------------------------------------------------------------
 
+
 def test_claim9_untrained_arm_makes_it_inconclusive():
     """γ = 1 learned the task (99.6% in-distribution), γ = 0.5 did not (7%): a big held-out gap, which the old
     rule called "supported"."""
@@ -349,8 +384,9 @@ def test_claim9_untrained_arm_makes_it_inconclusive():
     assert not any("γ=1 reached" in n for n in v.notes)
     # a seed that did not learn is enough
     v2 = c09_anchor.judge([0.6, 0.62], [0.1, 0.12], in_small=[0.99, 0.90], in_std=[0.99, 0.99], steps=700)
-    assert v2.verdict == INCONCLUSIVE and any("γ=1 reached only 90% in-distribution (worst of 2 seeds)" in n
-                                              for n in v2.notes)
+    assert v2.verdict == INCONCLUSIVE and any(
+        "γ=1 reached only 90% in-distribution (worst of 2 seeds)" in n for n in v2.notes
+    )
 
 
 def test_claim9_both_learned_is_judged():
@@ -377,7 +413,7 @@ def test_claim9_two_seeds_use_a_paired_t_interval():
 
 
 def test_anchor_stops_once_in_distribution_accuracy_reaches_the_threshold(tmp_path, monkeypatch):
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
     from smallinit.experiments import anchor
 
     real = anchor.evaluate
@@ -390,12 +426,24 @@ def test_anchor_stops_once_in_distribution_accuracy_reaches_the_threshold(tmp_pa
         return ev
 
     monkeypatch.setattr(anchor, "evaluate", fake)
-    cfg = anchor.AnchorConfig(steps=40, eval_every=5, n_train=256, n_test=64, d_model=16, n_layers=1, n_heads=2,
-                              d_ff=32, batch_size=32, warmup_steps=2, stop_in_acc=0.95)
+    cfg = anchor.AnchorConfig(
+        steps=40,
+        eval_every=5,
+        n_train=256,
+        n_test=64,
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        d_ff=32,
+        batch_size=32,
+        warmup_steps=2,
+        stop_in_acc=0.95,
+    )
     r = anchor.train_anchor(cfg, tmp_path / "run")
     assert r["steps_run"] == 10 and r["history"][-1]["step"] == 10 and r["final"]["in_acc"] == 0.97
     assert anchor.AnchorConfig.from_dict({"stop_in_acc": 0.95}).stop_in_acc == 0.95
     import json
+
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["step"] == 10
     calls.clear()
     cfg.stop_in_acc = 0.0  # off: the whole cap
@@ -420,25 +468,36 @@ def test_claim11_adam_eps_rule_and_arms():
     assert c11.judge([3.00, 3.01], [3.05, 3.06], None).verdict == "supported"
     assert c11.judge([3.05, 3.06], [3.00, 3.01], None).verdict == "not supported"
     assert c11.judge([3.00, 3.10], [3.05, 3.02], None).verdict == "inconclusive"
-    rec = [{"optim_eps": {"matrices": {}}},
-           {"optim_eps": {"matrices": {"blocks.0.attn.q": {"damping": 0.2}, "blocks.0.attn.k": {"damping": 0.4},
-                                       "blocks.0.mlp.up": {"damping": 0.9}}}}]
+    rec = [
+        {"optim_eps": {"matrices": {}}},
+        {
+            "optim_eps": {
+                "matrices": {
+                    "blocks.0.attn.q": {"damping": 0.2},
+                    "blocks.0.attn.k": {"damping": 0.4},
+                    "blocks.0.mlp.up": {"damping": 0.9},
+                }
+            }
+        },
+    ]
     assert c11.first_damping(rec) == pytest.approx(0.3)
 
 
 # ---- issue 35: the other claims judged where they can show, by rules that can fail and can pass ------------------
 
+
 def test_noise_floor_uses_t_at_its_degrees_of_freedom():
+    from smallinit.core.stats import t_quantile
     from smallinit.experiments.claims.rules import seed_noise_floor
-    from smallinit.stats import t_quantile
 
     two = [[3.00, 3.02], [2.90, 2.93]]  # 2 degrees of freedom: t = 4.30, not z = 1.96
-    s = math.sqrt((0.01 ** 2 * 2 + 0.015 ** 2 * 2) / 2)
+    s = math.sqrt((0.01**2 * 2 + 0.015**2 * 2) / 2)
     assert seed_noise_floor(two) == pytest.approx(t_quantile(2) * math.sqrt(2) * s)
     assert t_quantile(2) == pytest.approx(4.303, abs=1e-3)
     many = [[3.0 + 0.01 * i for i in range(31)]]  # 30 degrees of freedom: close to z
-    assert seed_noise_floor(many) / (math.sqrt(2) * float(np.std([0.01 * i for i in range(31)], ddof=1))) \
-        == pytest.approx(t_quantile(30), rel=1e-9)
+    assert seed_noise_floor(many) / (
+        math.sqrt(2) * float(np.std([0.01 * i for i in range(31)], ddof=1))
+    ) == pytest.approx(t_quantile(30), rel=1e-9)
 
 
 def old_claim3_part_a(sat_eps_large, sat_eps_small):
@@ -486,6 +545,7 @@ def test_claim4_false_verdict_rate_on_null_data_is_at_most_5_percent():
     rng = np.random.default_rng(0)
     n_sim, old_false, new_false = 2000, 0, np.zeros(2)
     for _ in range(n_sim):
+
         def run():  # 2 layers: a per-run (seed) offset plus per-layer noise
             return list(0.2 + rng.normal(0, 0.03) + rng.normal(0, 0.02, 2))
 
@@ -553,9 +613,18 @@ def test_claim5_analysis_passes_the_one_seed_half_widths(tmp_path):
         captured["v"] = v
         return {"verdict": v.verdict}
 
-    ctx = SimpleNamespace(p=p, roles=roles, out=tmp_path, chosen={}, extra_crossovers=lambda c: [],
-                          losses_by_seed=lambda a: {0: loss[gamma_of[id(a)]]}, loss_hw=loss_hw,
-                          budget=lambda *a: 100.0, names=lambda *a: [], result=result)
+    ctx = SimpleNamespace(
+        p=p,
+        roles=roles,
+        out=tmp_path,
+        chosen={},
+        extra_crossovers=lambda c: [],
+        losses_by_seed=lambda a: {0: loss[gamma_of[id(a)]]},
+        loss_hw=loss_hw,
+        budget=lambda *a: 100.0,
+        names=lambda *a: [],
+        result=result,
+    )
     assert c5.analyse(ctx)["verdict"] == SUPPORTED
     assert calls == [(1.0, 0.5), (1.0, 1.5)]  # γ_in vs γ_out, γ = 1 vs γ_max
     assert all("one seed: ±0.01" in e.noise for e in captured["v"].effects)
@@ -576,7 +645,7 @@ def test_claim7_bins_by_a_symmetric_reference_show_no_trend_on_null_data():
     """Issue 35: two equal families (per-token family errors sd 0.2). Binning by a second seed of the baseline shares
     the baseline's errors and shows a trend (easy −0.03 … extreme +0.01: "not supported"); binning by the mean
     per-token loss of a second seed of each arm shows none."""
-    from smallinit.compare import compare_token_scores
+    from smallinit.analysis.compare import compare_token_scores
     from smallinit.experiments.claims import c07_token_bins as c7
 
     rng = np.random.default_rng(0)
@@ -598,14 +667,14 @@ def test_claim7_bins_by_a_symmetric_reference_show_no_trend_on_null_data():
 
 
 def test_claim7_true_concentration_in_the_inner_bins_is_found():
-    from smallinit.compare import compare_token_scores
+    from smallinit.analysis.compare import compare_token_scores
     from smallinit.experiments.claims import c07_token_bins as c7
 
     rng = np.random.default_rng(1)
     n = 32768
     base = rng.gamma(2.0, 1.2, n) + 0.05
     q = np.argsort(np.argsort(base)) / n  # the token's difficulty quantile
-    gain = 0.3 * np.exp(-((q - 0.5) / 0.2) ** 2)  # A better on moderate … very hard tokens only
+    gain = 0.3 * np.exp(-(((q - 0.5) / 0.2) ** 2))  # A better on moderate … very hard tokens only
     a1, a2 = _null_tokens(rng, n, base, gain=gain)
     b1, b2 = _null_tokens(rng, n, base)
     win = np.arange(n) // 64
@@ -626,14 +695,16 @@ def test_claim7_references_are_symmetric_and_paired_by_seed(tmp_path):
     B = {s: Path(f"/b/s{s}") for s in (0, 2)}  # seed 1 of the baseline lost
     comps = c7.references(A, B, (Path("/ref"), "neither"))
     assert [(s, a.name, b.name, [r.as_posix() for r in refs]) for s, a, b, refs, _ in comps] == [
-        (0, "s0", "s0", ["/a/s2", "/b/s2"]), (2, "s2", "s2", ["/a/s0", "/b/s0"])]
+        (0, "s0", "s0", ["/a/s2", "/b/s2"]),
+        (2, "s2", "s2", ["/a/s0", "/b/s0"]),
+    ]
     one = c7.references({0: Path("/a")}, {0: Path("/b"), 1: Path("/b1")}, (Path("/ref"), "neither"))
     assert [refs for *_, refs, _ in one] == [[Path("/ref")]]  # never a second seed of one arm alone
     assert c7.references({0: Path("/a")}, {0: Path("/b")}, (None, "")) == []
 
 
 def test_compare_models_bins_by_the_mean_loss_of_several_references(monkeypatch):
-    from smallinit import compare
+    from smallinit.analysis import compare
 
     n = 400
     pos, win = np.arange(n), np.arange(n) // 40
@@ -656,7 +727,7 @@ E8, A8, ALPHA8 = 2.0, 50.0, 0.3
 
 
 def law8(n: float) -> float:
-    return E8 + A8 * n ** -ALPHA8
+    return E8 + A8 * n**-ALPHA8
 
 
 def test_claim8_reports_the_gain_against_the_papers_44_percent():
@@ -688,8 +759,12 @@ def test_claim9_pairs_seeds_by_number_in_the_analysis(tmp_path):
 
     def res(acc, lr=1e-3, s=0):
         answers = {k: 0.0 for k in c09_anchor.ANSWER_KINDS}
-        return {"final": {"heldout_acc": acc, "in_acc": 0.99, "answers": answers}, "heldout_correct": [1, 0] * 10,
-                "config": {"lr": lr, "steps": 100, "n_layers": 1, "d_model": 16, "n_train": 64}, "history": []}
+        return {
+            "final": {"heldout_acc": acc, "in_acc": 0.99, "answers": answers},
+            "heldout_correct": [1, 0] * 10,
+            "config": {"lr": lr, "steps": 100, "n_layers": 1, "d_model": 16, "n_train": 64},
+            "history": [],
+        }
 
     small = {0: res(0.60), 1: res(0.90), 2: res(0.62)}
     std = {0: res(0.40), 2: res(0.41)}
@@ -700,8 +775,9 @@ def test_claim9_pairs_seeds_by_number_in_the_analysis(tmp_path):
         return {"verdict": v.verdict}
 
     roles = {"gamma1": AnchorArm(1.0), "gamma0.5": AnchorArm(0.5)}
-    ctx = SimpleNamespace(roles=roles, out=tmp_path, result=result,
-                          anchor_results_by_seed=lambda a: small if a.gamma == 1.0 else std)
+    ctx = SimpleNamespace(
+        roles=roles, out=tmp_path, result=result, anchor_results_by_seed=lambda a: small if a.gamma == 1.0 else std
+    )
     c09_anchor.analyse(ctx)
     v = captured["v"]
     assert v.numbers["paired_seeds"] == [0, 2]
@@ -724,7 +800,7 @@ def test_claims_10_and_11_are_not_reached_below_the_declared_budget():
 
 LOSS_CLAIMS = (2, 3, 5, 8, 10, 11)
 """The loss claims judged from this package's own runs (claim 1, and claim 10 from a crossover, are judged by
-:func:`smallinit.crossing.loss_claim_verdict` at the crossover's declared budget)."""
+:func:`smallinit.analysis.crossing.loss_claim_verdict` at the crossover's declared budget)."""
 
 
 class _Behind:
@@ -759,7 +835,7 @@ class _Behind:
         from smallinit.experiments.claims.context import planned_run_numbers
 
         n = planned_run_numbers(self.p, a)[1]
-        return 2 + 30 * n ** -0.3 + 0.5 * a.gamma - 0.3 * (a.eps > 1e-6) + 0.2 * (a.adam_eps is not None)
+        return 2 + 30 * n**-0.3 + 0.5 * a.gamma - 0.3 * (a.eps > 1e-6) + 0.2 * (a.adam_eps is not None)
 
     def losses_by_seed(self, a):
         return {s: self.loss(a) + 0.001 * s for s in range(3)}
@@ -771,8 +847,10 @@ class _Behind:
         return 0.01
 
     def probes_by_seed(self, a):
-        rec = [{"step": s, "layers": [{"attn_norm": {"saturation": 0.3}, "mlp_norm": {"saturation": 0.3}}]}
-               for s in (0, 1, 2, 5, 10, 20)]
+        rec = [
+            {"step": s, "layers": [{"attn_norm": {"saturation": 0.3}, "mlp_norm": {"saturation": 0.3}}]}
+            for s in (0, 1, 2, 5, 10, 20)
+        ]
         return {0: rec, 1: rec, 2: rec}
 
     def probes(self, a):
@@ -802,7 +880,8 @@ def _crossover_result(p, xps, out, declared):
     """Claims 2 / 5 from crossovers whose γ = 1 arms are clearly behind, at the crossovers' real tokens/param."""
     import dataclasses
 
-    from smallinit.experiments.claims import c02_shrink as c2, c05_gamma as c5
+    from smallinit.experiments.claims import c02_shrink as c2
+    from smallinit.experiments.claims import c05_gamma as c5
     from smallinit.experiments.claims.context import planned_run_numbers
     from smallinit.experiments.crossover_plan import arm_settings
     from smallinit.experiments.presets import arm
@@ -814,10 +893,21 @@ def _crossover_result(p, xps, out, declared):
         n = planned_run_numbers(q, arm(xp.size, (1.0, 1e-12, "elementwise")))[1]
         tpp = xp.tokens_per_param or xp.tokens / n
         assert tpp < declared, (xp.claim, tpp)
-        losses = {a: {str(s): [None, 4.0 + 0.5 * g - 1e-7 * n + 0.001 * s] for s in range(3)}
-                  for a, (g, e, gate) in arm_settings(xp).items()}
-        pairs.append((xp, {"losses": losses, "tokens_per_param": [tpp / 2, tpp], "non_embedding_params": n,
-                           "budgets": [{"tokens": 1}, {"tokens": int(tpp * n)}]}))
+        losses = {
+            a: {str(s): [None, 4.0 + 0.5 * g - 1e-7 * n + 0.001 * s] for s in range(3)}
+            for a, (g, e, gate) in arm_settings(xp).items()
+        }
+        pairs.append(
+            (
+                xp,
+                {
+                    "losses": losses,
+                    "tokens_per_param": [tpp / 2, tpp],
+                    "non_embedding_params": n,
+                    "budgets": [{"tokens": 1}, {"tokens": int(tpp * n)}],
+                },
+            )
+        )
     ctx = _Behind(p, xps[0].claim, out)
     return c5.analyse_crossover(ctx, *pairs[0]) if xps[0].claim == 5 else c2.analyse_crossovers(ctx, pairs)
 
@@ -875,8 +965,10 @@ def test_claim6_reads_every_seed_of_untuned_crossover_trunks_at_one_rate(tmp_pat
         d = tmp_path / arm_name / f"seed{seed}" / "trunk"
         d.mkdir(parents=True)
         (d / "config.yaml").write_text(yaml.safe_dump({"optim": {"lr": lr}}))
-        recs = [{"step": t, "matrices": {n: {"srank": float(shape(t) * math.exp(rng.normal(0, 0.02)))}
-                                         for n in NAMES}} for t in steps]
+        recs = [
+            {"step": t, "matrices": {n: {"srank": float(shape(t) * math.exp(rng.normal(0, 0.02)))} for n in NAMES}}
+            for t in steps
+        ]
         (d / "probes.jsonl").write_text("".join(_json.dumps(r) + "\n" for r in recs))
         return d
 
@@ -892,8 +984,13 @@ def test_claim6_reads_every_seed_of_untuned_crossover_trunks_at_one_rate(tmp_pat
             return {"verdict": v.verdict if v else INCONCLUSIVE, "notes": kw.get("notes")}
 
         xp = SimpleNamespace(seeds=2, arms=("baseline", "paper", "gamma-only"), lrs=(), overrides={"probe.every": 100})
-        ctx = SimpleNamespace(p=SimpleNamespace(crossover=xp, claims=(1, 6), base={}), out=tmp_path, result=result,
-                              crossover_trunk=lambda a, s: dirs.get((a, s)), crossover_trunk_tokens=lambda: 1000)
+        ctx = SimpleNamespace(
+            p=SimpleNamespace(crossover=xp, claims=(1, 6), base={}),
+            out=tmp_path,
+            result=result,
+            crossover_trunk=lambda a, s: dirs.get((a, s)),
+            crossover_trunk_tokens=lambda: 1000,
+        )
         return c06_condensation.analyse(ctx), captured
 
     r, cap = make(1e-3)

@@ -7,10 +7,28 @@ import math
 import numpy as np
 import pytest
 
-from smallinit.experiments.claims import (c01_loss, c02_shrink, c03_saturation, c04_sink, c05_gamma, c06_condensation,
-                                          c07_token_bins, c08_scaling, c09_anchor)
-from smallinit.experiments.claims.rules import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Effect, combine, difference,
-                                                effect_verdict, lower_is_better_effect, paired_effect)
+from smallinit.experiments.claims import (
+    c01_loss,
+    c02_shrink,
+    c03_saturation,
+    c04_sink,
+    c05_gamma,
+    c06_condensation,
+    c07_token_bins,
+    c08_scaling,
+    c09_anchor,
+)
+from smallinit.experiments.claims.rules import (
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    Effect,
+    combine,
+    difference,
+    effect_verdict,
+    lower_is_better_effect,
+    paired_effect,
+)
 
 # each claim's rule is ``judge`` in its module
 judge_lower_loss = c01_loss.judge
@@ -36,15 +54,18 @@ def test_the_rule_has_three_outcomes():
     assert combine([SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE]) == NOT_SUPPORTED
 
 
-@pytest.mark.parametrize("variant,baseline,boot,expected", [
-    ([3.50, 3.52], [3.70, 3.71], None, SUPPORTED),           # paired diffs 0.20, 0.19: t half-width 0.064
-    ([3.80, 3.81], [3.60, 3.62], None, NOT_SUPPORTED),       # reversed, beyond the t-interval
-    ([3.60, 3.70], [3.64, 3.69], None, INCONCLUSIVE),        # diffs +0.04, −0.01
-    ([3.50], [3.70], 0.05, SUPPORTED),                       # one seed: the bootstrap interval decides
-    ([3.50], [3.70], 0.30, INCONCLUSIVE),
-    ([3.50], [3.70], None, INCONCLUSIVE),                    # one seed, no bootstrap: no verdict
-    ([3.50, 3.52], [3.70, 3.71], 0.5, INCONCLUSIVE),         # the larger of the two noise estimates counts
-])
+@pytest.mark.parametrize(
+    "variant,baseline,boot,expected",
+    [
+        ([3.50, 3.52], [3.70, 3.71], None, SUPPORTED),  # paired diffs 0.20, 0.19: t half-width 0.064
+        ([3.80, 3.81], [3.60, 3.62], None, NOT_SUPPORTED),  # reversed, beyond the t-interval
+        ([3.60, 3.70], [3.64, 3.69], None, INCONCLUSIVE),  # diffs +0.04, −0.01
+        ([3.50], [3.70], 0.05, SUPPORTED),  # one seed: the bootstrap interval decides
+        ([3.50], [3.70], 0.30, INCONCLUSIVE),
+        ([3.50], [3.70], None, INCONCLUSIVE),  # one seed, no bootstrap: no verdict
+        ([3.50, 3.52], [3.70, 3.71], 0.5, INCONCLUSIVE),  # the larger of the two noise estimates counts
+    ],
+)
 def test_lower_loss_claim(variant, baseline, boot, expected):
     v = judge_lower_loss(variant, baseline, boot)
     assert v.verdict == expected
@@ -69,7 +90,7 @@ def test_seed_noise_floor_pools_the_seed_variance_and_bounds_one_seed_verdicts()
     assert seed_noise_floor([[1.0], [2.0]]) is None  # no arm with two seeds: no floor
     # s² = (0.005² · 2 + 0.01² · 2) / 2 → s = 0.0079 on 2 degrees of freedom; floor = t_{2, 0.975} · √2 · s
     floor = seed_noise_floor([[1.00, 1.01], [2.00, 2.02]])
-    assert floor == pytest.approx(4.3027 * math.sqrt(2) * math.sqrt((2 * 0.005 ** 2 + 2 * 0.01 ** 2) / 2), rel=1e-4)
+    assert floor == pytest.approx(4.3027 * math.sqrt(2) * math.sqrt((2 * 0.005**2 + 2 * 0.01**2) / 2), rel=1e-4)
     # a one-seed gap of 0.02 with a tight token bootstrap (±0.005) is below this floor: inconclusive
     assert lower_is_better_effect("l", [3.50], [3.52], max(0.005, floor)).verdict == INCONCLUSIVE
     assert lower_is_better_effect("l", [3.50], [3.52], 0.005).verdict == SUPPORTED
@@ -137,7 +158,10 @@ def test_condensation_claim():
 
 def _bins(means, hw=0.01):
     names = ["easy", "moderate", "hard", "very hard", "extreme"]
-    return [{"bin": i, "name": n, "delta_sym": {"mean": m, "ci95": [m - hw, m + hw]}} for i, (n, m) in enumerate(zip(names, means))]
+    return [
+        {"bin": i, "name": n, "delta_sym": {"mean": m, "ci95": [m - hw, m + hw]}}
+        for i, (n, m) in enumerate(zip(names, means))
+    ]
 
 
 def test_token_bins_claim():
@@ -162,7 +186,7 @@ def test_shrinking_advantage_claim():
 def test_effective_size_claim():
     E, A, alpha = 2.0, 50.0, 0.3
     Ns = [1e5, 1e6, 1e7, 4e7]  # 4 sizes: a 3-size fit interpolates and decides nothing (claim 8's rule)
-    base = [(n, E + A * n ** -alpha) for n in Ns]
+    base = [(n, E + A * n**-alpha) for n in Ns]
     better = [(1e7, E + A * (2e7) ** -alpha, 0.005)]  # worth twice the size
     v = judge_effective_size(base, better)
     assert v.verdict == SUPPORTED and v.numbers["variants"][-1]["gain"] == pytest.approx(1.0, rel=1e-3)

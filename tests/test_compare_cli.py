@@ -1,4 +1,4 @@
-"""`smallinit compare` and `smallinit.compare.compare_models` on real tiny runs."""
+"""`smallinit compare` and `smallinit.analysis.compare.compare_models` on real tiny runs."""
 
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
-from smallinit.cli import main
-from smallinit.compare import compare_models, score_models, top_contexts
-from smallinit.data import TokenData, prepare_corpus
-from smallinit.errors import DataError
-from smallinit.train import load_config, train
-
 from conftest import tiny_overrides
+
+from smallinit.analysis.compare import compare_models, score_models, top_contexts
+from smallinit.cli import main
+from smallinit.core.errors import DataError
+from smallinit.data import TokenData, prepare_corpus
+from smallinit.train import load_config, train
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SEQ = 32  # tiny_overrides' data.seq_len
@@ -28,8 +27,10 @@ SEQ = 32  # tiny_overrides' data.seq_len
 def pair(token_dir, tmp_path_factory) -> tuple[Path, Path]:
     """A = small init with both fixes (γ=1, ε=1e-12, gate), B = standard (γ=0.5, ε=1e-5, no gate); 10 steps each."""
     root = tmp_path_factory.mktemp("pair")
-    specs = {"A": {"model.gamma": 1.0, "model.norm_eps": 1e-12, "model.gate": "elementwise"},
-             "B": {"model.gamma": 0.5, "model.norm_eps": 1e-5, "model.gate": "none"}}
+    specs = {
+        "A": {"model.gamma": 1.0, "model.norm_eps": 1e-12, "model.gate": "elementwise"},
+        "B": {"model.gamma": 0.5, "model.norm_eps": 1e-5, "model.gate": "none"},
+    }
     for name, over in specs.items():
         train(load_config("tiny", tiny_overrides(token_dir, **over, **{"train.max_steps": 10})), root / name)
     return root / "A", root / "B"
@@ -71,7 +72,7 @@ def test_cli_writes_all_outputs(pair, tmp_path, capsys) -> None:
 
 def test_scores_are_the_models_true_token_log_probs(pair, token_dir) -> None:
     """Independent check: the trainer's own final val loss, and a hand-computed window."""
-    from smallinit.checkpoint import load_checkpoint
+    from smallinit.runs.checkpoint import load_checkpoint
 
     a, b = pair
     cfg = load_config("tiny", tiny_overrides(token_dir))
@@ -88,13 +89,15 @@ def test_scores_are_the_models_true_token_log_probs(pair, token_dir) -> None:
     with torch.no_grad():
         logp = F.log_softmax(model(x).float(), dim=-1)[0]
     y = np.asarray(val[s.positions[SEQ : 2 * SEQ]], dtype=np.int64)
-    np.testing.assert_allclose(s.logp_b[SEQ : 2 * SEQ], logp[torch.arange(SEQ), torch.from_numpy(y)].numpy(),
-                               rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        s.logp_b[SEQ : 2 * SEQ], logp[torch.arange(SEQ), torch.from_numpy(y)].numpy(), rtol=0, atol=1e-5
+    )
     top = top_contexts(s, val, TokenData(token_dir).tokenizer, k=3, context=8)
     best = top["gains"][0]
     assert best["loss_gain"] == pytest.approx(float((s.logp_a - s.logp_b).max()))
-    assert best["target"] == TokenData(token_dir).tokenizer.decode([int(val[best["position"]])],
-                                                                   skip_special_tokens=False)
+    assert best["target"] == TokenData(token_dir).tokenizer.decode(
+        [int(val[best["position"]])], skip_special_tokens=False
+    )
 
 
 def test_swapping_runs_flips_the_sign(pair) -> None:
@@ -131,8 +134,9 @@ def test_refuses_data_tokenized_otherwise(pair, tmp_path) -> None:
     (tmp_path / "t.txt").write_text("some plain text to tokenize byte by byte. " * 400)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prepare_corpus([str(tmp_path / "t.txt")], tmp_path / "bytes", tokenizer="byte", val_fraction=0.4,
-                       progress=False)
+        prepare_corpus(
+            [str(tmp_path / "t.txt")], tmp_path / "bytes", tokenizer="byte", val_fraction=0.4, progress=False
+        )
     with pytest.raises(DataError, match="another tokenizer"):
         compare_models(a, b, data_dir=tmp_path / "bytes", tokens=64)
 
@@ -159,16 +163,38 @@ def test_by_source_splits_every_statistic(pair, token_dir, tmp_path, capsys) -> 
     src = tmp_path / "src"
     src.mkdir()
     (src / "prose.txt").write_text(
-        "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun by the river.\n" * 120)
+        "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun by the river.\n" * 120
+    )
     code = Path(json.__file__).read_text()[:12000]
     (src / "code.txt").write_text(code)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prepare_corpus([str(src / "prose.txt"), str(src / "code.txt")], tmp_path / "mixed",
-                       tokenizer=str(token_dir / "tokenizer.json"), val_fraction=0.4, progress=False)
+        prepare_corpus(
+            [str(src / "prose.txt"), str(src / "code.txt")],
+            tmp_path / "mixed",
+            tokenizer=str(token_dir / "tokenizer.json"),
+            val_fraction=0.4,
+            progress=False,
+        )
     out = tmp_path / "cmp"
-    rc = main(["compare", str(a), str(b), "--data", str(tmp_path / "mixed"), "--tokens", "100000", "--by-source",
-               "--bins", "3", "--n-boot", "100", "--out", str(out)])
+    rc = main(
+        [
+            "compare",
+            str(a),
+            str(b),
+            "--data",
+            str(tmp_path / "mixed"),
+            "--tokens",
+            "100000",
+            "--by-source",
+            "--bins",
+            "3",
+            "--n-boot",
+            "100",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     res = json.loads((out / "compare.json").read_text())
     td = TokenData(tmp_path / "mixed")

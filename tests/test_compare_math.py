@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smallinit.compare import (
+from smallinit.analysis.compare import (
     bin_names,
     bootstrap_ci,
     compare_token_scores,
@@ -213,7 +213,7 @@ def test_reference_binning_shows_no_trend_where_mean_difficulty_binning_invents_
     """Two models of EQUAL mean loss, B's per-token losses noisier: binning by (ℓ_A + ℓ_B)/2 puts B's lucky tokens
     in the easy bin and its unlucky ones in the extreme bin (a spurious trend); binning by an independent
     reference model's loss (DESIGN: 'Token bins by an independent reference') shows none."""
-    from smallinit.compare import compare_token_scores
+    from smallinit.analysis.compare import compare_token_scores
 
     rng = np.random.default_rng(0)
     n = 20_000
@@ -233,7 +233,7 @@ def test_reference_binning_shows_no_trend_where_mean_difficulty_binning_invents_
 
 
 def test_window_bootstrap_is_wider_than_token_bootstrap_when_windows_share_context():
-    from smallinit.compare import compare_token_scores
+    from smallinit.analysis.compare import compare_token_scores
 
     rng = np.random.default_rng(1)
     win = np.repeat(np.arange(40), 64)
@@ -248,7 +248,7 @@ def test_window_bootstrap_is_wider_than_token_bootstrap_when_windows_share_conte
 def test_the_bins_figure_names_what_it_binned_by():
     """With a reference model the primary bins are its loss quantiles; the figure's axis must say so (it said
     (ℓ_A + ℓ_B)/2, the secondary table's binning, under reference bins)."""
-    from smallinit.figures import difficulty_label
+    from smallinit.core.figures import difficulty_label
 
     rng = np.random.default_rng(0)
     a, b, r = (np.log(rng.uniform(0.05, 1.0, 400)) for _ in range(3))

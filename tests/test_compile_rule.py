@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from smallinit.errors import ConfigError
+from smallinit.config import config_from_dict, load_config
+from smallinit.core.errors import ConfigError
 from smallinit.train import compile as C
-from smallinit.train.config import config_from_dict, load_config
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -55,6 +55,8 @@ def test_auto_stays_eager_where_a_path_has_a_space():
     there; an ordinary path is no obstacle."""
     from smallinit.train.compile import cpu_build_blocker
 
-    assert cpu_build_blocker(["/opt/venv/lib/python3.11/site-packages/torch", "/root/.cache/smallinit/inductor"]) is None
+    assert (
+        cpu_build_blocker(["/opt/venv/lib/python3.11/site-packages/torch", "/root/.cache/smallinit/inductor"]) is None
+    )
     why = cpu_build_blocker(["/tmp/x/with space/smallinit/.venv/lib/python3.11/site-packages/torch", "/tmp/c"])
     assert why and "with space" in why

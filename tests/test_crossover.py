@@ -7,13 +7,22 @@ import math
 
 import numpy as np
 import pytest
+from conftest import tiny_overrides
 from scipy.optimize import brentq
 
-from smallinit.crossing import (INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SUPPORTED, analyse_crossover,
-                                describe_crossing, four_fold_reference, loss_claim_verdict, seeds_to_resolve)
-from smallinit.errors import ConfigError, RunDirError
-from smallinit.stats import Interval, cluster_bootstrap_ci, paired_t_interval
-from conftest import tiny_overrides
+from smallinit.analysis.crossing import (
+    INCONCLUSIVE,
+    NOT_REACHED,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    analyse_crossover,
+    describe_crossing,
+    four_fold_reference,
+    loss_claim_verdict,
+    seeds_to_resolve,
+)
+from smallinit.core.errors import ConfigError, RunDirError
+from smallinit.core.stats import Interval, cluster_bootstrap_ci, paired_t_interval
 
 D_MAX = 8e6
 BUDGETS = [D_MAX / 16, D_MAX / 8, D_MAX / 4, D_MAX / 2, D_MAX]
@@ -21,18 +30,25 @@ BUDGETS = [D_MAX / 16, D_MAX / 8, D_MAX / 4, D_MAX / 2, D_MAX]
 
 def curves(fb, fv, seeds=3, noise=0.0, seed=0):
     rng = np.random.default_rng(seed)
-    return {"base": {s: [fb(d) + rng.normal(0, noise) for d in BUDGETS] for s in range(seeds)},
-            "var": {s: [fv(d) + rng.normal(0, noise) for d in BUDGETS] for s in range(seeds)}}
+    return {
+        "base": {s: [fb(d) + rng.normal(0, noise) for d in BUDGETS] for s in range(seeds)},
+        "var": {s: [fv(d) + rng.normal(0, noise) for d in BUDGETS] for s in range(seeds)},
+    }
 
 
 def true_crossing(fb, fv):
     return math.exp(brentq(lambda x: fb(math.exp(x)) - fv(math.exp(x)), math.log(1e3), math.log(1e13)))
 
 
-@pytest.mark.parametrize("fv,noise", [(lambda D: 1.9 + 200 * D ** -0.4, 0.001),  # crosses inside the range
-                                      (lambda D: 1.97 + 150 * D ** -0.38, 0.0)])  # 6.5× beyond D_max
+@pytest.mark.parametrize(
+    "fv,noise",
+    [
+        (lambda D: 1.9 + 200 * D**-0.4, 0.001),  # crosses inside the range
+        (lambda D: 1.97 + 150 * D**-0.38, 0.0),
+    ],
+)  # 6.5× beyond D_max
 def test_fit_recovers_a_known_crossing_within_10_percent(fv, noise):
-    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
+    fb = lambda D: 2.0 + 30 * D**-0.3  # noqa: E731
     want = true_crossing(fb, fv)
     a = analyse_crossover(BUDGETS, curves(fb, fv, noise=noise), "base", "var", n_boot=60)
     assert a.crossing.status == "crosses"
@@ -42,19 +58,19 @@ def test_fit_recovers_a_known_crossing_within_10_percent(fv, noise):
 
 
 def test_a_noisy_extrapolated_crossing_is_covered_by_its_interval_and_flagged_beyond_10x():
-    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
-    fv = lambda D: 1.97 + 150 * D ** -0.38  # noqa: E731
+    fb = lambda D: 2.0 + 30 * D**-0.3  # noqa: E731
+    fv = lambda D: 1.97 + 150 * D**-0.38  # noqa: E731
     want = true_crossing(fb, fv)
     a = analyse_crossover(BUDGETS, curves(fb, fv, noise=0.001), "base", "var", n_boot=100)
     assert a.crossing.lo <= want <= a.crossing.hi
-    far = analyse_crossover(BUDGETS, curves(fb, lambda D: 1.99 + 100 * D ** -0.36), "base", "var", n_boot=20)
+    far = analyse_crossover(BUDGETS, curves(fb, lambda D: 1.99 + 100 * D**-0.36), "base", "var", n_boot=20)
     assert far.crossing.status == "crosses" and far.crossing.extrapolated
     assert far.verdict == NOT_SUPPORTED and far.gap[-1].hi < 0  # behind at D_max: the fits' crossing decides nothing
 
 
 def test_curves_that_never_cross_say_so():
-    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
-    fv = lambda D: 2.1 + 30 * D ** -0.3  # noqa: E731  (always 0.1 behind)
+    fb = lambda D: 2.0 + 30 * D**-0.3  # noqa: E731
+    fv = lambda D: 2.1 + 30 * D**-0.3  # noqa: E731  (always 0.1 behind)
     a = analyse_crossover(BUDGETS, curves(fb, fv, noise=0.001), "base", "var", n_boot=60)
     assert a.crossing.status == "no crossing" and a.crossing.D_star is None
     assert a.gap_fit.status == "never crosses" and a.gap_fit.c_hi < 0
@@ -63,7 +79,7 @@ def test_curves_that_never_cross_say_so():
 
 
 def test_verdict_supported_when_the_variant_is_ahead_beyond_noise():
-    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
+    fb = lambda D: 2.0 + 30 * D**-0.3  # noqa: E731
     a = analyse_crossover(BUDGETS, curves(fb, lambda D: fb(D) - 0.05, noise=0.002), "base", "var", n_boot=30)
     assert a.verdict == SUPPORTED and a.gap[-1].lo > 0
 
@@ -86,8 +102,15 @@ def test_a_never_crossing_gap_at_the_declared_budget_is_not_supported():
     """(a) G → 0 from below, never crossing; 5 seeds; D_max = the declared 75 tokens/param; the gap's interval lies
     below 0 there → *not supported*, although the gap is closing (closing does not decide the verdict)."""
     D = [16e6 / 16, 16e6 / 8, 16e6 / 4, 16e6 / 2, 16e6]
-    a = analyse_crossover(D, gap_curves(README_GAP, D, noise=0.004), "base", "var", non_embedding_params=N_PARAMS,
-                          enough_tokens_per_param=16e6 / N_PARAMS, n_boot=100)
+    a = analyse_crossover(
+        D,
+        gap_curves(README_GAP, D, noise=0.004),
+        "base",
+        "var",
+        non_embedding_params=N_PARAMS,
+        enough_tokens_per_param=16e6 / N_PARAMS,
+        n_boot=100,
+    )
     assert a.reached and a.judged == 4 and a.gap[4].hi < 0
     assert a.verdict == NOT_SUPPORTED
     assert a.gap_change.lo > 0 and "closing" in a.answer  # closing, and said so
@@ -101,8 +124,9 @@ def test_the_readme_shaped_never_crossing_curve_gives_no_confident_crossing(nois
     predicted D* ≈ 2× D_max from every data set; the gap fit must not report a D* (noise-free and with the README's
     seed noise), wherever the data stop."""
     D = [d_max / 16, d_max / 8, d_max / 4, d_max / 2, d_max]
-    a = analyse_crossover(D, gap_curves(README_GAP, D, noise=noise, seed=3), "base", "var",
-                          non_embedding_params=N_PARAMS, n_boot=100)
+    a = analyse_crossover(
+        D, gap_curves(README_GAP, D, noise=noise, seed=3), "base", "var", non_embedding_params=N_PARAMS, n_boot=100
+    )
     assert a.gap_fit.status in ("cannot tell", "never crosses"), a.answer
     assert a.gap_fit.D_star is None
     assert "D* ≈" not in a.answer.split("; ")[-1]
@@ -116,8 +140,15 @@ def test_a_true_crossing_at_a_third_of_d_max_is_supported_and_located():
     gap = lambda D: c - c * (truth / D) ** b  # noqa: E731  zero at D = truth
     D = [d_max / 16, d_max / 8, d_max / 4, d_max / 2, d_max]
     for seed in range(3):
-        a = analyse_crossover(D, gap_curves(gap, D, noise=0.003, seed=seed), "base", "var",
-                              non_embedding_params=N_PARAMS, enough_tokens_per_param=75, n_boot=150)
+        a = analyse_crossover(
+            D,
+            gap_curves(gap, D, noise=0.003, seed=seed),
+            "base",
+            "var",
+            non_embedding_params=N_PARAMS,
+            enough_tokens_per_param=75,
+            n_boot=150,
+        )
         assert a.verdict == SUPPORTED, a.reason
         f = a.gap_fit
         assert f.status == "crosses" and f.D_lo <= truth <= (f.D_hi or math.inf), (f.D_lo, truth, f.D_hi)
@@ -144,8 +175,10 @@ def test_not_reached_only_below_the_declared_budget():
     D = [1e6, 2e6, 4e6, 8e6, 16e6]
     data = gap_curves(lambda d: -0.05, D, noise=0.003)
     kw = dict(non_embedding_params=N_PARAMS, n_boot=10)
-    assert analyse_crossover(D, data, "base", "var", enough_tokens_per_param=16e6 / N_PARAMS, **kw).verdict \
+    assert (
+        analyse_crossover(D, data, "base", "var", enough_tokens_per_param=16e6 / N_PARAMS, **kw).verdict
         == NOT_SUPPORTED
+    )
     short = analyse_crossover(D, data, "base", "var", enough_tokens_per_param=2 * 16e6 / N_PARAMS, **kw)
     assert short.verdict == NOT_REACHED and not short.reached
     mid = analyse_crossover(D, data, "base", "var", enough_tokens_per_param=4e6 / N_PARAMS, **kw)
@@ -204,12 +237,21 @@ def test_cluster_bootstrap_resamples_windows_not_tokens():
 
 # ---- cooldown branches and resume (real training on the tiny corpus) ------------------------------------
 
+
 def _spec(token_dir, **kw):
     from smallinit.experiments.crossover import CrossoverSpec
 
     ov = tiny_overrides(token_dir, **{"train.eval_every": 1000, "train.ckpt_every": 1000})
-    return CrossoverSpec(arms={"base": ["model.gamma=0.5"], "small": ["model.gamma=1.0"]}, baseline="base",
-                         tokens=4 * 32 * 40, base="tiny", overrides=ov, seeds=[0], fractions=[0.25, 0.5, 1.0], **kw)
+    return CrossoverSpec(
+        arms={"base": ["model.gamma=0.5"], "small": ["model.gamma=1.0"]},
+        baseline="base",
+        tokens=4 * 32 * 40,
+        base="tiny",
+        overrides=ov,
+        seeds=[0],
+        fractions=[0.25, 0.5, 1.0],
+        **kw,
+    )
 
 
 def _losses(run_dir):
@@ -217,9 +259,9 @@ def _losses(run_dir):
 
 
 def test_a_cooldown_branch_equals_wsd_from_the_start(token_dir, tmp_path):
+    from smallinit.config import config_from_dict
     from smallinit.experiments.crossover import plan_jobs
     from smallinit.experiments.crossover_runs import run_job
-    from smallinit.train.config import config_from_dict
     from smallinit.train.loop import train
 
     spec = _spec(token_dir)
@@ -236,8 +278,8 @@ def test_a_cooldown_branch_equals_wsd_from_the_start(token_dir, tmp_path):
 
 
 def test_rerun_after_a_kill_mid_branch_skips_finished_work(token_dir, tmp_path):
-    from smallinit.checkpoint import list_checkpoints
     from smallinit.experiments.crossover import run_crossover
+    from smallinit.runs.checkpoint import list_checkpoints
 
     out = tmp_path / "x"
     logs: list[str] = []
@@ -259,7 +301,7 @@ def test_rerun_after_a_kill_mid_branch_skips_finished_work(token_dir, tmp_path):
 
 
 def test_out_dir_with_another_spec_or_foreign_files_is_refused(token_dir, tmp_path):
-    from smallinit.errors import ConfigError, RunDirError
+    from smallinit.core.errors import ConfigError, RunDirError
     from smallinit.experiments.crossover import run_crossover
 
     foreign = tmp_path / "mine"
@@ -276,9 +318,9 @@ def test_out_dir_with_another_spec_or_foreign_files_is_refused(token_dir, tmp_pa
 
 
 def test_adding_an_arm_continues_but_changing_one_is_refused(token_dir, tmp_path):
-    from smallinit.errors import RunDirError
+    from smallinit.core.errors import RunDirError
+    from smallinit.core.io import atomic_write_json
     from smallinit.experiments.crossover import check_output
-    from smallinit.io import atomic_write_json
 
     out = tmp_path / "x"
     out.mkdir()
@@ -331,7 +373,7 @@ def test_each_arm_gets_its_tuned_rate_and_a_winning_edge_extends_the_grid(token_
     each arm's trunk and branches then train at the arg-min rate, and a rerun reuses every tuning run."""
     from smallinit.experiments.crossover import run_crossover
     from smallinit.experiments.crossover_plan import training_seconds
-    from smallinit.rundir import read_config
+    from smallinit.runs.rundir import read_config
 
     spec = _spec(token_dir, lrs=[1e-5, 3e-5], tune_fraction=0.25, tune_extend=2)
     assert sum(" tune " in line for line in training_seconds(spec, 1.0)[1]) == 4  # the dry-run plan shows them
@@ -351,7 +393,7 @@ def test_each_arm_gets_its_tuned_rate_and_a_winning_edge_extends_the_grid(token_
     # (f) no reported seed, no validation batch: the tuning runs train on their own seed and are judged on tune_loss,
     # the batches after the val_batches behind every reported loss (the same grid for every arm)
     from smallinit.experiments.crossover import TUNE_SEED
-    from smallinit.rundir import collect_run
+    from smallinit.runs.rundir import collect_run
 
     assert TUNE_SEED not in spec.seeds
     assert res["tuning"]["base"]["losses"].keys() == res["tuning"]["small"]["losses"].keys()
@@ -372,7 +414,7 @@ def test_each_arm_gets_its_tuned_rate_and_a_winning_edge_extends_the_grid(token_
 def test_an_interrupted_run_stops_the_batch(monkeypatch, tmp_path):
     """Ctrl-C or SIGTERM to one run: it checkpoints and reports "interrupted"; the batch raises Interrupted and
     starts nothing more (before, the pool went on with the next jobs and the command never stopped)."""
-    from smallinit.errors import Interrupted
+    from smallinit.core.errors import Interrupted
     from smallinit.experiments import crossover_runs
     from smallinit.experiments.crossover_runs import Job, execute
 
@@ -425,12 +467,22 @@ def test_a_batch_of_fewer_runs_than_cores_shares_all_the_cores(monkeypatch, tmp_
 def test_a_report_with_no_finished_budget_still_renders(tmp_path):
     from smallinit.experiments.crossover_report import crossover_figure, crossover_markdown
 
-    result = {"spec": {"baseline": "base", "arms": {"base": [], "var": []}, "seeds": [0], "base": "tiny",
-                       "overrides": [], "cooldown": 0.2, "fractions": [0.5, 1.0]},
-              "budgets": [{"tokens": 1000, "steps": 10, "start": 8}, {"tokens": 2000, "steps": 20, "start": 16}],
-              "non_embedding_params": 100, "tokens_per_param": [10.0, 20.0],
-              "losses": {"base": {"0": [None, None]}, "var": {"0": [None, None]}},
-              "analyses": {}}
+    result = {
+        "spec": {
+            "baseline": "base",
+            "arms": {"base": [], "var": []},
+            "seeds": [0],
+            "base": "tiny",
+            "overrides": [],
+            "cooldown": 0.2,
+            "fractions": [0.5, 1.0],
+        },
+        "budgets": [{"tokens": 1000, "steps": 10, "start": 8}, {"tokens": 2000, "steps": 20, "start": 16}],
+        "non_embedding_params": 100,
+        "tokens_per_param": [10.0, 20.0],
+        "losses": {"base": {"0": [None, None]}, "var": {"0": [None, None]}},
+        "analyses": {},
+    }
     assert crossover_figure(result, tmp_path / "x.png").stat().st_size > 0
     assert "| 1,000 |" in crossover_markdown(result)
 
@@ -439,14 +491,14 @@ def test_a_fit_with_its_floor_at_zero_predicts_no_crossing():
     """A variant curve fitted with E = 0 (no loss floor: four budgets, three parameters, as in the demo) must meet
     any baseline with E > 0 somewhere; that meeting is not a prediction. The same curves with an interior fit keep
     their predicted crossing. Neither decides the verdict."""
-    fb = lambda D: 2.0 + 30 * D ** -0.3  # noqa: E731
-    fv = lambda D: 60 * D ** -0.2  # noqa: E731  behind at D_max, no floor: the fits must meet (at ≈ 1.5e7)
+    fb = lambda D: 2.0 + 30 * D**-0.3  # noqa: E731
+    fv = lambda D: 60 * D**-0.2  # noqa: E731  behind at D_max, no floor: the fits must meet (at ≈ 1.5e7)
     a = analyse_crossover(BUDGETS, curves(fb, fv, noise=0.0), "base", "var", n_boot=20)
     assert a.fits["var"]["E"] < 1e-9
     assert a.crossing.degenerate and "var's fit has E = 0" in a.crossing.degenerate
     assert "not a prediction" in describe_crossing(a.crossing)
     assert a.verdict == NOT_SUPPORTED  # behind at the judged budget: the per-arm fit cannot rescue it
-    fv2 = lambda D: 1.97 + 150 * D ** -0.38  # noqa: E731  an interior fit that crosses
+    fv2 = lambda D: 1.97 + 150 * D**-0.38  # noqa: E731  an interior fit that crosses
     b = analyse_crossover(BUDGETS, curves(fb, fv2, noise=0.0), "base", "var", n_boot=20)
     assert b.crossing.degenerate is None and b.crossing.status == "crosses"
 
@@ -475,9 +527,12 @@ def test_a_branch_waits_only_for_its_own_trunk_and_is_blocked_when_it_failed(mon
 
     monkeypatch.setattr(crossover_runs, "run_job", fake)
     tA, tB = tmp_path / "tA", tmp_path / "tB"
-    jobs = [Job("trunk", "a", 0, tA, {}), Job("trunk", "b", 0, tB, {}),
-            Job("branch", "a", 0, tmp_path / "bA", {}, trunk_dir=tA, start=1),
-            Job("branch", "b", 0, tmp_path / "bB", {}, trunk_dir=tB, start=1)]
+    jobs = [
+        Job("trunk", "a", 0, tA, {}),
+        Job("trunk", "b", 0, tB, {}),
+        Job("branch", "a", 0, tmp_path / "bA", {}, trunk_dir=tA, start=1),
+        Job("branch", "b", 0, tmp_path / "bB", {}, trunk_dir=tB, start=1),
+    ]
     res = execute(jobs, 1, log=lambda s: None)
     assert started == ["tA", "tB", "bB"]
     assert res[tmp_path / "bA"][0] == "blocked" and res[tmp_path / "bB"][0] == "done"
@@ -494,12 +549,13 @@ def test_two_seeds_never_predict_a_crossing_either_way():
 
 # ---- issue 32 (C, J): arms on another tokenizer; equal settings written differently; a key twice in one arm ------
 
+
 def test_an_arm_on_data_of_another_tokenizer_is_refused_before_any_folder(token_dir, tmp_path, capsys):
     """An arm with its own data.path prepared under another tokenizer (byte-level vs BPE) used to print a gap in
     mixed units; compare and scaling refuse such mixes. One error line naming both data folders, no folder made."""
     from smallinit.cli import main as cli
+    from smallinit.core.errors import DataError
     from smallinit.data import prepare_corpus
-    from smallinit.errors import DataError
     from smallinit.experiments.crossover import run_crossover
 
     text = tmp_path / "a.txt"
@@ -515,8 +571,25 @@ def test_an_arm_on_data_of_another_tokenizer_is_refused_before_any_folder(token_
     assert not out.exists()
     capsys.readouterr()
     over = [x for o in tiny_overrides(token_dir) for x in ("--set", o)]
-    assert cli(["crossover", "base:model.gamma=0.5", f"small:model.gamma=1.0,data.path={bytes_dir}",
-                "--config", "tiny", *over, "--tokens", "5120", "--budgets", "1/4,1/2,1", "--out", str(out)]) == 2
+    assert (
+        cli(
+            [
+                "crossover",
+                "base:model.gamma=0.5",
+                f"small:model.gamma=1.0,data.path={bytes_dir}",
+                "--config",
+                "tiny",
+                *over,
+                "--tokens",
+                "5120",
+                "--budgets",
+                "1/4,1/2,1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     lines = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(bytes_dir) in lines[0], lines
     assert not out.exists()
@@ -527,28 +600,46 @@ def test_an_arm_on_data_of_another_tokenizer_is_refused_before_any_folder(token_
 
 
 def test_equal_settings_written_differently_continue_and_a_key_twice_in_an_arm_is_refused(
-        token_dir, tmp_path, monkeypatch, capsys):
+    token_dir, tmp_path, monkeypatch, capsys
+):
     """model.gamma=1 vs 1.0, a reordered --set and a relative vs absolute data.path are the same crossover (they
     used to be refused as "a changed crossover"); model.gamma=0.5,model.gamma=1.0 in one arm is one error line."""
     from smallinit.cli import main as cli
     from smallinit.commands.crossover import parse_arm
+    from smallinit.core.io import atomic_write_json
     from smallinit.experiments.crossover import CrossoverSpec, check_output
-    from smallinit.io import atomic_write_json
-    from smallinit.rundir import config_mismatch
+    from smallinit.runs.rundir import config_mismatch
 
     monkeypatch.chdir(token_dir.parent)
     rel = tiny_overrides(token_dir.relative_to(token_dir.parent))  # data.path=stdlib (relative)
-    first = CrossoverSpec(arms={"base": ["model.gamma=0.5"], "small": ["model.gamma=1", "model.gate=none"]},
-                          baseline="base", tokens=5120, base="tiny", overrides=rel, lrs=[0.001, 0.01])
+    first = CrossoverSpec(
+        arms={"base": ["model.gamma=0.5"], "small": ["model.gamma=1", "model.gate=none"]},
+        baseline="base",
+        tokens=5120,
+        base="tiny",
+        overrides=rel,
+        lrs=[0.001, 0.01],
+    )
     out = tmp_path / "x"
     out.mkdir()
     atomic_write_json(out / "crossover.spec.json", first.to_dict())
-    same = CrossoverSpec(arms={"base": ["model.gamma=0.5"], "small": ["model.gate=none", "model.gamma=1.0"]},
-                         baseline="base", tokens=5120, base="tiny", overrides=list(reversed(tiny_overrides(token_dir))),
-                         lrs=[1e-2, 1e-3])
+    same = CrossoverSpec(
+        arms={"base": ["model.gamma=0.5"], "small": ["model.gate=none", "model.gamma=1.0"]},
+        baseline="base",
+        tokens=5120,
+        base="tiny",
+        overrides=list(reversed(tiny_overrides(token_dir))),
+        lrs=[1e-2, 1e-3],
+    )
     check_output(out, same)  # accepted: the same settings
-    changed = CrossoverSpec(arms={"base": ["model.gamma=0.5"], "small": ["model.gamma=1.25", "model.gate=none"]},
-                            baseline="base", tokens=5120, base="tiny", overrides=rel, lrs=[0.001, 0.01])
+    changed = CrossoverSpec(
+        arms={"base": ["model.gamma=0.5"], "small": ["model.gamma=1.25", "model.gate=none"]},
+        baseline="base",
+        tokens=5120,
+        base="tiny",
+        overrides=rel,
+        lrs=[0.001, 0.01],
+    )
     with pytest.raises(RunDirError, match="arm small"):
         check_output(out, changed)  # a real change is still refused
     # a trunk saved with the relative path is the run the absolute one wants (crossover._check_reuse)
@@ -559,8 +650,20 @@ def test_equal_settings_written_differently_continue_and_a_key_twice_in_an_arm_i
     with pytest.raises(ConfigError, match="model.gamma is set twice"):
         parse_arm("small:model.gamma=0.5,model.gamma=1.0")
     capsys.readouterr()
-    assert cli(["crossover", "base:model.gamma=0.5", "small:model.gamma=0.5,model.gamma=1.0", "--tokens", "1M",
-                "--out", str(tmp_path / "y")]) == 2
+    assert (
+        cli(
+            [
+                "crossover",
+                "base:model.gamma=0.5",
+                "small:model.gamma=0.5,model.gamma=1.0",
+                "--tokens",
+                "1M",
+                "--out",
+                str(tmp_path / "y"),
+            ]
+        )
+        == 2
+    )
     lines = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
     assert len(lines) == 1 and "model.gamma is set twice" in lines[0], lines
     assert not (tmp_path / "y").exists()

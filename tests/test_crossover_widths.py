@@ -10,31 +10,64 @@ import numpy as np
 import pytest
 from scipy.stats import ttest_ind
 
-from smallinit.crossing import analyse_crossover
+from smallinit.analysis.crossing import analyse_crossover
+from smallinit.core.stats import welch_t_interval
 from smallinit.experiments.claims.c01_loss import across_widths, widths_markdown
-from smallinit.stats import welch_t_interval
 
 FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)
 
 
-def crossover(d_model: int, n_params: float, enough: float, gap, seeds: int = 5, noise: float = 0.004,
-              seed: int = 0, data: str = "data/en-bytes") -> dict:
+def crossover(
+    d_model: int,
+    n_params: float,
+    enough: float,
+    gap,
+    seeds: int = 5,
+    noise: float = 0.004,
+    seed: int = 0,
+    data: str = "data/en-bytes",
+) -> dict:
     """A finished crossover result as ``smallinit crossover`` writes it, with L_baseline − L_paper = gap(D/N)."""
     rng = np.random.default_rng(seed)
     budgets = [enough * n_params * f for f in FRACTIONS]
     base = {s: [1.2 + 4.0 * (d / n_params) ** -0.5 + rng.normal(0, noise) for d in budgets] for s in range(seeds)}
-    paper = {s: [base[s][j] - gap(d / n_params) + rng.normal(0, noise) for j, d in enumerate(budgets)]
-             for s in range(seeds)}
-    a = analyse_crossover(budgets, {"baseline": base, "paper": paper}, "baseline", "paper",
-                          non_embedding_params=n_params, n_boot=60, enough_tokens_per_param=enough)
-    spec = {"arms": {"baseline": ["model.gamma=0.5"], "paper": ["model.gamma=1.0"]}, "baseline": "baseline",
-            "base": "tiny", "overrides": [f"data.path={data}", f"model.d_model={d_model}", "model.n_layers=4"],
-            "seeds": list(range(seeds)), "fractions": list(FRACTIONS), "enough": enough}
-    return json.loads(json.dumps({
-        "spec": spec, "budgets": [{"tokens": int(d)} for d in budgets], "non_embedding_params": n_params,
-        "tokens_per_param": [d / n_params for d in budgets], "analyses": {"paper": a.to_dict()},
-        "losses": {"baseline": {str(s): v for s, v in base.items()}, "paper": {str(s): v for s, v in paper.items()}}},
-        default=float))
+    paper = {
+        s: [base[s][j] - gap(d / n_params) + rng.normal(0, noise) for j, d in enumerate(budgets)] for s in range(seeds)
+    }
+    a = analyse_crossover(
+        budgets,
+        {"baseline": base, "paper": paper},
+        "baseline",
+        "paper",
+        non_embedding_params=n_params,
+        n_boot=60,
+        enough_tokens_per_param=enough,
+    )
+    spec = {
+        "arms": {"baseline": ["model.gamma=0.5"], "paper": ["model.gamma=1.0"]},
+        "baseline": "baseline",
+        "base": "tiny",
+        "overrides": [f"data.path={data}", f"model.d_model={d_model}", "model.n_layers=4"],
+        "seeds": list(range(seeds)),
+        "fractions": list(FRACTIONS),
+        "enough": enough,
+    }
+    return json.loads(
+        json.dumps(
+            {
+                "spec": spec,
+                "budgets": [{"tokens": int(d)} for d in budgets],
+                "non_embedding_params": n_params,
+                "tokens_per_param": [d / n_params for d in budgets],
+                "analyses": {"paper": a.to_dict()},
+                "losses": {
+                    "baseline": {str(s): v for s, v in base.items()},
+                    "paper": {str(s): v for s, v in paper.items()},
+                },
+            },
+            default=float,
+        )
+    )
 
 
 def never_crossing(t: float) -> float:
@@ -56,9 +89,13 @@ def test_welch_interval_matches_scipy():
 
 
 def test_a_gap_that_depends_on_tokens_per_param_alone_agrees_across_widths():
-    res = across_widths([crossover(48, 120_000, 150, never_crossing, seeds=3, seed=1),
-                         crossover(64, 213_000, 75, never_crossing, seeds=5, seed=2),
-                         crossover(96, 480_000, 37.5, never_crossing, seeds=3, seed=3)])
+    res = across_widths(
+        [
+            crossover(48, 120_000, 150, never_crossing, seeds=3, seed=1),
+            crossover(64, 213_000, 75, never_crossing, seeds=5, seed=2),
+            crossover(96, 480_000, 37.5, never_crossing, seeds=3, seed=3),
+        ]
+    )
     assert [r["label"] for r in res["widths"]] == ["d 48 × 4", "d 64 × 4", "d 96 × 4"]
     assert len(res["matched"]) >= 6  # 9.4 … 75 tokens/param shared by pairs of widths
     assert all(m["diff"]["lo"] <= 0 <= m["diff"]["hi"] for m in res["matched"])
@@ -69,8 +106,12 @@ def test_a_gap_that_depends_on_tokens_per_param_alone_agrees_across_widths():
 
 
 def test_a_gap_that_shrinks_with_width_is_reported_as_not_a_function_of_tokens_per_param():
-    res = across_widths([crossover(48, 120_000, 75, never_crossing, seed=1),
-                         crossover(64, 213_000, 75, lambda t: never_crossing(t) - 0.05, seed=2)])
+    res = across_widths(
+        [
+            crossover(48, 120_000, 75, never_crossing, seed=1),
+            crossover(64, 213_000, 75, lambda t: never_crossing(t) - 0.05, seed=2),
+        ]
+    )
     assert any(m["diff"]["lo"] > 0 for m in res["matched"])  # d48's gap is 0.05 above d64's
     assert "does not carry the gap" in res["scaling"]
 
@@ -100,8 +141,18 @@ def test_the_command_writes_its_report_and_refuses_a_folder_without_a_crossover(
     for d, n, k in ((48, 120_000, 150), (64, 213_000, 75)):
         (tmp_path / f"d{d}").mkdir()
         (tmp_path / f"d{d}" / "crossover.json").write_text(json.dumps(crossover(d, n, k, never_crossing)))
-    assert main(["crossover-widths", str(tmp_path / "d48"), str(tmp_path / "d64" / "crossover.json"),
-                 "--out", str(tmp_path / "w")]) == 0
+    assert (
+        main(
+            [
+                "crossover-widths",
+                str(tmp_path / "d48"),
+                str(tmp_path / "d64" / "crossover.json"),
+                "--out",
+                str(tmp_path / "w"),
+            ]
+        )
+        == 0
+    )
     assert {"widths.json", "widths.md", "widths.png"} <= {p.name for p in (tmp_path / "w").iterdir()}
     assert json.loads((tmp_path / "w" / "widths.json").read_text())["widths"][0]["label"] == "d 48 × 4"
     (tmp_path / "empty").mkdir()

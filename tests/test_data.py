@@ -11,24 +11,24 @@ import numpy as np
 import pytest
 import torch
 
+from smallinit.core.errors import ConfigError, DataError, SmallinitError
+from smallinit.core.paths import shared_data_dir
 from smallinit.data import (
     EOT_TOKEN,
     BatchLoader,
     DataWarning,
     TokenData,
     byte_tokenizer,
+    hf_sources,
     load_tokenizer,
     prepare_corpus,
     train_bpe,
     val_batches,
     val_offsets,
 )
-from smallinit.data import hf_sources
 from smallinit.data import sources as sources_mod
 from smallinit.data.mixing import plan_mix
 from smallinit.data.tokenizer import token_dtype
-from smallinit.errors import ConfigError, DataError, SmallinitError
-from smallinit.paths import shared_data_dir
 
 EN = "The quick brown fox jumps over the lazy dog; small init matters.\n"
 ZH = "小初始化对大语言模型很重要。我们在中文和英文上训练模型，观察注意力汇聚。\n"
@@ -249,7 +249,11 @@ def test_hf_hub_fails_at_once_offline(tmp_path, monkeypatch):
 def test_parse_hf_specs(tmp_path):
     src = sources_mod.parse_source("hf:org/corpus:en:validation")
     assert (src.kind, src.hf_name, src.hf_config, src.hf_split, src.name) == (
-        "hf", "org/corpus", "en", "validation", "org_corpus"
+        "hf",
+        "org/corpus",
+        "en",
+        "validation",
+        "org_corpus",
     )
     src = sources_mod.parse_source("hf:org/corpus::test")
     assert (src.hf_config, src.hf_split) == (None, "test")
@@ -457,7 +461,7 @@ def test_bad_directory_without_text(tmp_path):
 
 
 def test_bad_non_utf8_is_replaced_with_a_warning(tmp_path):
-    f = _write(tmp_path / "latin1.txt", "caf".encode() + b"\xe9 na\xefve \xff\xfe ok\n", mode="wb")
+    f = _write(tmp_path / "latin1.txt", b"caf" + b"\xe9 na\xefve \xff\xfe ok\n", mode="wb")
     with pytest.warns(DataWarning, match=r"latin1\.txt: replaced 4 invalid UTF-8 byte"):
         meta = _prep([f], tmp_path / "out")
     assert meta["sources"][0]["invalid_utf8_bytes"] == 4
@@ -596,16 +600,21 @@ def test_a_killed_prepare_leaves_no_temporary_folder_after_the_next_run(tmp_path
     import sys
 
     out = tmp_path / "out"
-    killed = ("import os, signal, sys; from pathlib import Path; from smallinit.outputs import tmp_dir_for; "
-              "t = tmp_dir_for(Path(sys.argv[1])); (t / 'train.bin').write_bytes(b'x' * 1000); "
-              "os.kill(os.getpid(), signal.SIGKILL)")
+    killed = (
+        "import os, signal, sys; from pathlib import Path; from smallinit.core.outputs import tmp_dir_for; "
+        "t = tmp_dir_for(Path(sys.argv[1])); (t / 'train.bin').write_bytes(b'x' * 1000); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
     r = subprocess.run([sys.executable, "-c", killed, str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == -9, r.stderr
     left = [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
     assert len(left) == 1 and (left[0] / "train.bin").is_file()
     # not ours to remove: another naming (an older smallinit, the user), a live process (this one), another output
-    keep = [tmp_path / ".out.tmp-abc123", tmp_path / f".out.tmp-{os.getpid()}.{left[0].name.split('.')[3][:8]}-x",
-            tmp_path / (".other" + left[0].name[4:])]
+    keep = [
+        tmp_path / ".out.tmp-abc123",
+        tmp_path / f".out.tmp-{os.getpid()}.{left[0].name.split('.')[3][:8]}-x",
+        tmp_path / (".other" + left[0].name[4:]),
+    ]
     for k in keep:
         k.mkdir()
     _prep([_write(tmp_path / "a.txt", EN * 3)], out)

@@ -41,11 +41,43 @@ def test_sweep_and_crossover_dry_runs_use_one_job_per_core(four_cores, tmp_path,
     sweep.write_text("base: tiny\ngrid:\n  model.gamma: [0.5, 1.0]\n")  # 2 runs on 4 cores: 2 jobs
     assert cli(["sweep", str(sweep), "--out", str(tmp_path / "sw2"), "--dry-run", "--gflops", "1"]) == 0
     assert "2 at a time" in capsys.readouterr().out
-    assert cli(["crossover", "a:model.gamma=0.5", "b:model.gamma=1.0", "--config", "tiny", "--tokens", "4M",
-                "--seeds", "2", "--out", str(tmp_path / "x"), "--dry-run"]) == 0
+    assert (
+        cli(
+            [
+                "crossover",
+                "a:model.gamma=0.5",
+                "b:model.gamma=1.0",
+                "--config",
+                "tiny",
+                "--tokens",
+                "4M",
+                "--seeds",
+                "2",
+                "--out",
+                str(tmp_path / "x"),
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     assert "1 thread(s), 4 at a time" in capsys.readouterr().out  # 2 arms × 2 seeds
-    assert cli(["crossover", "a:model.gamma=0.5", "b:model.gamma=1.0", "--config", "tiny", "--tokens", "4M",
-                "--out", str(tmp_path / "x1"), "--dry-run"]) == 0
+    assert (
+        cli(
+            [
+                "crossover",
+                "a:model.gamma=0.5",
+                "b:model.gamma=1.0",
+                "--config",
+                "tiny",
+                "--tokens",
+                "4M",
+                "--out",
+                str(tmp_path / "x1"),
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     assert "2 thread(s), 2 at a time" in capsys.readouterr().out  # 2 trunks on 4 cores
 
 
@@ -77,7 +109,8 @@ def test_the_reproduction_plan_is_estimated_by_its_makespan(tmp_path, monkeypatc
     plan = make_plan(get_preset("demo"), tmp_path, tmp_path / "data", 50.0, 40.0, 2)
     est = [j.est_seconds for j in plan.phase1]
     assert len(est) > 2 and all(s > 0 for s in est)
-    assert plan_wall_seconds(plan, 2) == pytest.approx(cost.wall_seconds(est, 2)
-                                                         + cost.wall_seconds(plan.phase2_estimates, 2))
+    assert plan_wall_seconds(plan, 2) == pytest.approx(
+        cost.wall_seconds(est, 2) + cost.wall_seconds(plan.phase2_estimates, 2)
+    )
     assert plan_wall_seconds(plan, 2) > sum(est) / 2  # uneven runs cannot all finish together
     assert phase_wall_seconds([60.0], 2) == 30.0  # one run alone has both cores

@@ -18,12 +18,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import tiny_overrides
 
 import smallinit
-from smallinit.checkpoint import list_checkpoints, read_checkpoint
+from smallinit.runs.checkpoint import list_checkpoints, read_checkpoint
 from smallinit.train import load_config, resume, train
-
-from conftest import tiny_overrides
 
 STEPS, CKPT = 6, 3
 TOL = 1e-5  # fp32, different reduction order across ranks
@@ -37,16 +36,35 @@ def free_port() -> int:
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment minus any inherited torchrun variables, single-threaded."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
+    }
     env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **extra)
     return env
 
 
 def torchrun(out: Path, token_dir: Path, nproc: int = 2, **extra) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "-m", "smallinit", "train", "--config", "tiny", "--out", str(out), *tiny_overrides(token_dir, **extra)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "smallinit",
+        "train",
+        "--config",
+        "tiny",
+        "--out",
+        str(out),
+        *tiny_overrides(token_dir, **extra),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), timeout=240)
 
 
@@ -77,7 +95,11 @@ def resume_in_one_process(run_dir: Path, tmp_path: Path) -> dict[int, float]:
 
     class Start:
         def on_train_start(self, trainer):
-            seen["step"], seen["world"], seen["parallel"] = trainer.step, trainer.dist.world_size, trainer.cfg.train.parallel
+            seen["step"], seen["world"], seen["parallel"] = (
+                trainer.step,
+                trainer.dist.world_size,
+                trainer.cfg.train.parallel,
+            )
 
     resume(rd, callbacks=[Start()])
     assert seen == {"step": CKPT, "world": 1, "parallel": "none"}
@@ -150,9 +172,24 @@ def test_bad_launch_error_printed_once(bad_batch_launch):
 @pytest.mark.timeout(120)
 def test_bad_launch_missing_rendezvous_variables(token_dir, tmp_path):
     """train.parallel=ddp without torchrun: one line naming the missing variables, exit 2."""
-    r = subprocess.run([sys.executable, "-m", "smallinit", "train", "--config", "tiny", "--out", str(tmp_path / "x"),
-                        *tiny_overrides(token_dir), "train.parallel=fsdp"],
-                       capture_output=True, text=True, env=clean_env(WORLD_SIZE="2"), timeout=100)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smallinit",
+            "train",
+            "--config",
+            "tiny",
+            "--out",
+            str(tmp_path / "x"),
+            *tiny_overrides(token_dir),
+            "train.parallel=fsdp",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(WORLD_SIZE="2"),
+        timeout=100,
+    )
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: train.parallel=fsdp needs a torchrun launch"), r.stderr
@@ -166,8 +203,10 @@ def test_frames_in_our_code_ignores_a_checkout_named_smallinit():
     """A clone at …/with space/smallinit/ puts "smallinit/" in the interpreter's path (torchrun's report prints it):
     only a frame inside the package counts (the old text check failed every test from such a checkout)."""
     pkg = Path(smallinit.__file__).resolve().parent
-    report = ('Traceback (most recent call last):\n  File "/tmp/with space/smallinit/.venv/bin/torchrun", line 8\n'
-              "  error_file: <N/A>\n  smallinit FAILED\n  cmd: /tmp/with space/smallinit/.venv/bin/python -m smallinit\n")
+    report = (
+        'Traceback (most recent call last):\n  File "/tmp/with space/smallinit/.venv/bin/torchrun", line 8\n'
+        "  error_file: <N/A>\n  smallinit FAILED\n  cmd: /tmp/with space/smallinit/.venv/bin/python -m smallinit\n"
+    )
     assert "smallinit/" in report and frames_in_our_code(report) == []
     ours = report + f'  File "{pkg / "train" / "loop.py"}", line 3, in train\n'
     assert frames_in_our_code(ours) == [str(pkg / "train" / "loop.py")]

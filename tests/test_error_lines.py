@@ -8,16 +8,27 @@ import errno
 from pathlib import Path
 
 import pytest
-
 from conftest import tiny_overrides
+
 from smallinit.cli import main as cli
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, token_dir) -> Path:
     out = tmp_path_factory.mktemp("errs") / "run"
-    assert cli(["train", "--config", "tiny", "--out", str(out),
-                *tiny_overrides(token_dir, **{"train.max_steps": 2, "model.gate": "none"})]) == 0
+    assert (
+        cli(
+            [
+                "train",
+                "--config",
+                "tiny",
+                "--out",
+                str(out),
+                *tiny_overrides(token_dir, **{"train.max_steps": 2, "model.gate": "none"}),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -39,10 +50,21 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
     arm_yaml = tmp / "arm.yaml"
     arm_yaml.write_text("name: b\noverrides: 5\n")
     return [
-        ("train: negative seed", ["train", "--config", "tiny", "--out", str(tmp / "t3"),
-                                  *tiny_overrides(token_dir, **{"train.seed": -1})]),
-        ("train: seed beyond 64 bits", ["train", "--config", "tiny", "--out", str(tmp / "t4"),
-                                        *tiny_overrides(token_dir, **{"train.seed": 2**70})]),
+        (
+            "train: negative seed",
+            ["train", "--config", "tiny", "--out", str(tmp / "t3"), *tiny_overrides(token_dir, **{"train.seed": -1})],
+        ),
+        (
+            "train: seed beyond 64 bits",
+            [
+                "train",
+                "--config",
+                "tiny",
+                "--out",
+                str(tmp / "t4"),
+                *tiny_overrides(token_dir, **{"train.seed": 2**70}),
+            ],
+        ),
         ("train: config not UTF-8", ["train", "--config", str(binary), "--out", str(tmp / "t5")]),
         ("init-report: config not UTF-8", ["init-report", "--config", str(binary)]),
         ("init-report: larger than memory", ["init-report", "--config", "tiny", "model.d_model=1048576"]),
@@ -53,37 +75,61 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
         ("anchor: negative gamma", ["anchor", "--out", str(tmp / "an1"), "--gamma", "-1"]),
         ("anchor: unknown gate", ["anchor", "--out", str(tmp / "an2"), "--set", "gate=bogus"]),
         ("anchor: negative threads", ["anchor", "--out", str(tmp / "an3"), "--set", "threads=-1"]),
-        ("reproduce: corpus is a file", ["reproduce", "--preset", "demo", "--corpus", str(afile),
-                                         "--out", str(tmp / "rp2")]),
-        ("reproduce: corpus is a file (dry run)", ["reproduce", "--preset", "demo", "--corpus", str(afile),
-                                                   "--out", str(tmp / "rp3"), "--dry-run"]),
-        ("reproduce: dry run into a foreign folder", ["reproduce", "--preset", "demo", "--out", str(busy),
-                                                      "--gflops", "1", "--dry-run"]),
-        ("crossover: dry run into a foreign folder", ["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens",
-                                                      "1M", "--out", str(busy), "--dry-run"]),
-        ("scaling: a run given twice", ["scaling", str(run), str(run), "--baseline", "model.gamma=1",
-                                        "--out", str(tmp / "s2")]),
+        (
+            "reproduce: corpus is a file",
+            ["reproduce", "--preset", "demo", "--corpus", str(afile), "--out", str(tmp / "rp2")],
+        ),
+        (
+            "reproduce: corpus is a file (dry run)",
+            ["reproduce", "--preset", "demo", "--corpus", str(afile), "--out", str(tmp / "rp3"), "--dry-run"],
+        ),
+        (
+            "reproduce: dry run into a foreign folder",
+            ["reproduce", "--preset", "demo", "--out", str(busy), "--gflops", "1", "--dry-run"],
+        ),
+        (
+            "crossover: dry run into a foreign folder",
+            ["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens", "1M", "--out", str(busy), "--dry-run"],
+        ),
+        (
+            "scaling: a run given twice",
+            ["scaling", str(run), str(run), "--baseline", "model.gamma=1", "--out", str(tmp / "s2")],
+        ),
         ("audit: --max-params nan", ["audit", "tiny", "--max-params", "nan"]),
         ("audit: --max-params 0", ["audit", "tiny", "--max-params", "0"]),
-        ("crossover: arm overrides not a list", ["crossover", "a:model.gamma=1", str(arm_yaml), "--tokens", "1M",
-                                                 "--out", str(tmp / "x3")]),
+        (
+            "crossover: arm overrides not a list",
+            ["crossover", "a:model.gamma=1", str(arm_yaml), "--tokens", "1M", "--out", str(tmp / "x3")],
+        ),
         ("prepare: missing input", ["prepare", missing, "--out", str(tmp / "p1")]),
         ("prepare: output is a file", ["prepare", str(afile), "--out", str(afile), "--tokenizer", "byte"]),
-        ("prepare: output is its own input", ["prepare", str(adir), "--out", str(adir), "--tokenizer", "byte", "--force"]),
+        (
+            "prepare: output is its own input",
+            ["prepare", str(adir), "--out", str(adir), "--tokenizer", "byte", "--force"],
+        ),
         ("train: missing data", ["train", "--config", "tiny", "--out", str(tmp / "t1"), f"data.path={missing}"]),
         ("train: output onto a file", ["train", "--config", "tiny", "--out", str(afile), *tiny_overrides(token_dir)]),
         ("train: resume of nothing", ["train", "--resume", missing]),
-        ("train: output on a read-only filesystem (/proc)", ["train", "--config", "tiny", "--out",
-                                                             "/proc/smallinit-ro/run", *tiny_overrides(token_dir)]),
-        ("prepare: output on a read-only filesystem", ["prepare", str(afile), "--out", "/proc/smallinit-ro/data",
-                                                       "--tokenizer", "byte"]),
+        (
+            "train: output on a read-only filesystem (/proc)",
+            ["train", "--config", "tiny", "--out", "/proc/smallinit-ro/run", *tiny_overrides(token_dir)],
+        ),
+        (
+            "prepare: output on a read-only filesystem",
+            ["prepare", str(afile), "--out", "/proc/smallinit-ro/data", "--tokenizer", "byte"],
+        ),
         ("export: output on a read-only filesystem", ["export", str(run), "--to", "hf", "/proc/smallinit-ro/hf"]),
         ("train: zero max-steps", ["train", "--resume", str(run), "--max-steps", "0"]),
-        ("train: max-steps without resume", ["train", "--config", "tiny", "--out", str(tmp / "t2"), "--max-steps", "3"]),
+        (
+            "train: max-steps without resume",
+            ["train", "--config", "tiny", "--out", str(tmp / "t2"), "--max-steps", "3"],
+        ),
         ("eval: out is a folder", ["eval", str(run), "--tasks", str(yaml_task), "--out", str(adir)]),
         ("eval: out onto a non-result file", ["eval", str(run), "--tasks", str(yaml_task), "--out", str(afile)]),
-        ("eval: zero batch size", ["eval", str(run), "--tasks", str(yaml_task), "--out", str(tmp / "r.json"),
-                                   "--batch-size", "0"]),
+        (
+            "eval: zero batch size",
+            ["eval", str(run), "--tasks", str(yaml_task), "--out", str(tmp / "r.json"), "--batch-size", "0"],
+        ),
         ("eval: missing checkpoint", ["eval", missing, "--tasks", str(yaml_task), "--out", str(tmp / "r.json")]),
         ("probe: out is a folder", ["probe", str(run), "--out", str(adir)]),
         ("probe: negative batch", ["probe", str(run), "--batch-size", "-1"]),
@@ -101,30 +147,52 @@ def _cases(run: Path, token_dir: Path, tmp: Path) -> list[tuple[str, list[str]]]
         ("anchor: output onto a file", ["anchor", "--out", str(afile)]),
         ("plot: output onto a file", ["plot", str(run), "--out", str(afile)]),
         ("crossover: one arm", ["crossover", "a:model.gamma=1", "--tokens", "1M", "--out", str(tmp / "x0")]),
-        ("crossover: output is a file", ["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens", "1M",
-                                         "--out", str(afile)]),
-        ("crossover: foreign folder", ["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens", "1M",
-                                       "--out", str(adir)]),
-        ("crossover: budget too small", ["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens", "1k",
-                                         "--out", str(tmp / "x1")]),
-        ("crossover: misspelt key", ["crossover", "a:model.gama=1", "b:model.gamma=0.5", "--tokens", "1M",
-                                     "--out", str(tmp / "x2")]),
+        (
+            "crossover: output is a file",
+            ["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens", "1M", "--out", str(afile)],
+        ),
+        (
+            "crossover: foreign folder",
+            ["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens", "1M", "--out", str(adir)],
+        ),
+        (
+            "crossover: budget too small",
+            ["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens", "1k", "--out", str(tmp / "x1")],
+        ),
+        (
+            "crossover: misspelt key",
+            ["crossover", "a:model.gama=1", "b:model.gamma=0.5", "--tokens", "1M", "--out", str(tmp / "x2")],
+        ),
         ("reproduce: zero jobs", ["reproduce", "--preset", "demo", "--jobs", "0", "--out", str(tmp / "rp0")]),
         ("reproduce: zero gflops", ["reproduce", "--preset", "demo", "--gflops", "0", "--out", str(tmp / "rp1")]),
-        ("compare: bins above tokens", ["compare", str(run), str(run), "--tokens", "4", "--bins", "9", "--out",
-                                        str(tmp / "c2")]),
+        (
+            "compare: bins above tokens",
+            ["compare", str(run), str(run), "--tokens", "4", "--bins", "9", "--out", str(tmp / "c2")],
+        ),
         ("reproduce: bad corpus", ["reproduce", "--preset", "test", "--corpus", missing, "--out", str(tmp / "rp")]),
         # found by a review helper (2026-12-01): tracebacks, silently accepted values, a false message
-        ("prepare: infinite byte count", ["prepare", "builtin:stdlib", "--out", str(tmp / "p1"), "--max-bytes", "infM"]),
-        ("prepare: zero BPE sample", ["prepare", "builtin:stdlib", "--out", str(tmp / "p2"), "--bpe-sample-bytes", "0"]),
+        (
+            "prepare: infinite byte count",
+            ["prepare", "builtin:stdlib", "--out", str(tmp / "p1"), "--max-bytes", "infM"],
+        ),
+        (
+            "prepare: zero BPE sample",
+            ["prepare", "builtin:stdlib", "--out", str(tmp / "p2"), "--bpe-sample-bytes", "0"],
+        ),
         ("prepare: negative seed", ["prepare", "builtin:stdlib", "--out", str(tmp / "p3"), "--seed", "-1"]),
         ("prepare: empty --out", ["prepare", "builtin:stdlib", "--out", ""]),
-        ("reproduce: infinite hours", ["reproduce", "--preset", "demo", "--hours", "inf", "--dry-run", "--out",
-                                       str(tmp / "rp2")]),
-        ("reproduce: infinite gflops", ["reproduce", "--preset", "demo", "--gflops", "inf", "--dry-run", "--out",
-                                        str(tmp / "rp3")]),
-        ("sweep: infinite gflops", ["sweep", str(sweep_nodata), "--gflops", "inf", "--dry-run", "--out",
-                                    str(tmp / "w3")]),
+        (
+            "reproduce: infinite hours",
+            ["reproduce", "--preset", "demo", "--hours", "inf", "--dry-run", "--out", str(tmp / "rp2")],
+        ),
+        (
+            "reproduce: infinite gflops",
+            ["reproduce", "--preset", "demo", "--gflops", "inf", "--dry-run", "--out", str(tmp / "rp3")],
+        ),
+        (
+            "sweep: infinite gflops",
+            ["sweep", str(sweep_nodata), "--gflops", "inf", "--dry-run", "--out", str(tmp / "w3")],
+        ),
         ("audit: zero blocks", ["audit", "tiny", "--blocks", "0"]),
         ("audit: negative grad clip", ["audit", "tiny", "--grad-clip", "-1"]),
         ("audit: nan grad clip", ["audit", "tiny", "--grad-clip", "nan"]),
@@ -152,8 +220,11 @@ def test_every_verb_fails_with_one_error_line(run, token_dir, tmp_path, capsys):
     assert not bad, "\n".join(bad)
     assert sorted(p.name for p in run.iterdir()) == before  # nothing was written into the run
     assert (tmp_path / "afile.txt").read_text() == "not a folder\n"
-    leftovers = [p.name for p in tmp_path.iterdir()
-                 if p.name not in ("afile.txt", "adir", "t.yaml", "bin.yaml", "arm.yaml", "nodata.yaml", "busy")]
+    leftovers = [
+        p.name
+        for p in tmp_path.iterdir()
+        if p.name not in ("afile.txt", "adir", "t.yaml", "bin.yaml", "arm.yaml", "nodata.yaml", "busy")
+    ]
     assert leftovers == [], leftovers  # no folder left behind by a refused command
 
 
@@ -176,10 +247,12 @@ def test_disk_full_during_prepare_is_one_line_and_leaves_nothing(tmp_path, capsy
 def test_argparse_errors_are_one_error_line_without_a_usage_block(capsys):
     """What argparse refuses (a missing argument, a bad value, an unknown option or verb) is one `error:` line that
     names the problem and the verb's --help — argparse's own format printed a usage block first."""
-    cases = [(["crossover"], "the following arguments are required", "smallinit crossover --help"),
-             (["reproduce", "--jobs", "x"], "argument --jobs: invalid int value: 'x'", "smallinit reproduce --help"),
-             (["train", "--no-such-flag"], "unrecognized arguments: --no-such-flag", "smallinit train --help"),
-             (["no-such-verb"], "invalid choice: 'no-such-verb'", "smallinit --help")]
+    cases = [
+        (["crossover"], "the following arguments are required", "smallinit crossover --help"),
+        (["reproduce", "--jobs", "x"], "argument --jobs: invalid int value: 'x'", "smallinit reproduce --help"),
+        (["train", "--no-such-flag"], "unrecognized arguments: --no-such-flag", "smallinit train --help"),
+        (["no-such-verb"], "invalid choice: 'no-such-verb'", "smallinit --help"),
+    ]
     for argv, problem, where in cases:
         capsys.readouterr()
         with pytest.raises(SystemExit) as e:
@@ -200,18 +273,53 @@ def test_more_jobs_than_cores_and_impossible_audit_sizes(tmp_path, capsys, monke
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(cost, "measure_gflops", lambda *a, **k: 10.0)
     assert cost.sharing_speedup(3, 4) == 1.0 and cost.sharing_speedup(3, 16) == 1.0
-    assert cli(["crossover", "a:model.gamma=0.5", "b:model.gamma=1.0", "c:model.gamma=1.5", "--config", "tiny",
-                "--tokens", "4M", "--jobs", "4", "--out", str(tmp_path / "x"), "--dry-run"]) == 0
+    assert (
+        cli(
+            [
+                "crossover",
+                "a:model.gamma=0.5",
+                "b:model.gamma=1.0",
+                "c:model.gamma=1.5",
+                "--config",
+                "tiny",
+                "--tokens",
+                "4M",
+                "--jobs",
+                "4",
+                "--out",
+                str(tmp_path / "x"),
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     assert "4 at a time" in capsys.readouterr().out
-    assert cli(["reproduce", "--preset", "demo", "--dry-run", "--jobs", "16", "--gflops", "10",
-                "--out", str(tmp_path / "rp")]) == 0
+    assert (
+        cli(
+            [
+                "reproduce",
+                "--preset",
+                "demo",
+                "--dry-run",
+                "--jobs",
+                "16",
+                "--gflops",
+                "10",
+                "--out",
+                str(tmp_path / "rp"),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     neg, zero = tmp_path / "neg.json", tmp_path / "zero.json"
     neg.write_text('{"model_type": "llama", "hidden_size": -64}')
     zero.write_text('{"model_type": "llama", "intermediate_size": 0}')
-    for argv, want in ((["audit", str(neg)], "hidden_size must be a positive integer, got -64"),
-                       (["audit", str(zero)], "intermediate_size must be a positive integer, got 0"),
-                       (["audit", "tiny", "--widths", "64,65536"], "--widths: width 65536 builds a model of")):
+    for argv, want in (
+        (["audit", str(neg)], "hidden_size must be a positive integer, got -64"),
+        (["audit", str(zero)], "intermediate_size must be a positive integer, got 0"),
+        (["audit", "tiny", "--widths", "64,65536"], "--widths: width 65536 builds a model of"),
+    ):
         assert cli(argv) == 2, argv
         err = capsys.readouterr().err
         lines = [l for l in err.splitlines() if l.strip()]

@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from smallinit.errors import ConfigError, DataError
+from smallinit.core.errors import ConfigError, DataError
+from smallinit.core.paths import shared_data_dir
 from smallinit.eval import TASKS, LMScorer, results_markdown, run_tasks
 from smallinit.eval.answers import (
     canonical_number,
@@ -34,7 +35,6 @@ from smallinit.eval.answers import (
     normalize_math_answer,
 )
 from smallinit.eval.multiple_choice import MCItem, YamlMCTask, fewshot_indices, score_mc, with_shots
-from smallinit.paths import shared_data_dir
 
 V, EOT, MARGIN = 257, 256, 10.0
 LOGZ = math.log(math.exp(MARGIN) + V - 1)
@@ -79,7 +79,7 @@ class ScriptLM(torch.nn.Module):
             k = prefix.rfind(trig)
             if k < 0:
                 continue
-            done = prefix[k + len(trig):]
+            done = prefix[k + len(trig) :]
             if comp.startswith(done):
                 return comp[len(done)] if len(done) < len(comp) else EOT
         return EOT
@@ -133,7 +133,7 @@ def ids(text: str) -> list[int]:
 
 def ref_loglik(model, ctx: list[int], cont: list[int]) -> float:
     """Direct single-sequence reference: one forward pass over the last L+1 tokens."""
-    seq = (ctx + cont)[-(model.config.max_seq_len + 1):]
+    seq = (ctx + cont)[-(model.config.max_seq_len + 1) :]
     lp = F.log_softmax(model(torch.tensor([seq[:-1]]))[0].float(), -1)
     n = len(cont)
     return lp[-n:].gather(-1, torch.tensor(cont)[:, None]).sum().item()
@@ -182,8 +182,14 @@ def test_loglikelihood_exact_values_and_greedy(tok):
 
 def test_loglikelihood_batching_padding_and_truncation_match_direct_forward(tok):
     model = CausalMeanLM(max_seq_len=16)
-    reqs = [("a", "b"), ("hello world, this is long", " context"), ("xy", "z" * 5), ("", "start"),
-            ("0123456789" * 3, "!?"), ("mid", " size text")]
+    reqs = [
+        ("a", "b"),
+        ("hello world, this is long", " context"),
+        ("xy", "z" * 5),
+        ("", "start"),
+        ("0123456789" * 3, "!?"),
+        ("mid", " size text"),
+    ]
     ref = []
     for ctx, cont in reqs:
         c, k = LMScorer(model, tok).encode_pair(ctx, cont)
@@ -203,7 +209,7 @@ def test_long_continuation_and_rolling_use_all_tokens(tok):
     table = torch.randn(V, V, generator=g)
     s = LMScorer(BigramLM(table, max_seq_len=8), tok, batch_size=3)
     text = "the quick brown fox jumps over the lazy dog"  # 43 tokens > L = 8: disjoint windows
-    (ll, _), = s.loglikelihood([("A", " " + text)])
+    ((ll, _),) = s.loglikelihood([("A", " " + text)])
     assert ll == pytest.approx(_bigram_ref(table, ids("A " + text)), abs=1e-3)
     rolling = s.loglikelihood_rolling([text, "hi"])
     assert rolling[0] == pytest.approx(_bigram_ref(table, [EOT] + ids(text)), abs=1e-3)
@@ -212,8 +218,12 @@ def test_long_continuation_and_rolling_use_all_tokens(tok):
 
 def test_generate_until_stops_and_batches(tok):
     scripts = {"Q1:": " alpha STOP beta", "Q2 longer prompt:": " one\n\ntwo", "Q3:": " abcdefghij"}
-    reqs = [("Q1:", {"until": ["STOP"]}), ("Q2 longer prompt:", {"until": ["\n\n"]}),
-            ("Q3:", {"until": [], "max_gen_toks": 4}), ("nothing scripted", {"until": ["x"]})]
+    reqs = [
+        ("Q1:", {"until": ["STOP"]}),
+        ("Q2 longer prompt:", {"until": ["\n\n"]}),
+        ("Q3:", {"until": [], "max_gen_toks": 4}),
+        ("nothing scripted", {"until": ["x"]}),
+    ]
     want = [" alpha ", " one", " abc", ""]
     for bs in (1, 3):
         assert LMScorer(ScriptLM(scripts), tok, batch_size=bs).generate_until(reqs) == want
@@ -265,13 +275,19 @@ def test_acc_norm_divides_by_characters_without_the_delimiter_as_the_harness_doe
     assert res.metrics["acc_norm"] == 1.0 and res.metrics["acc_bytes"] == 0.0
     # the harness's own formula on the same numbers
     import numpy as np
+
     lls, choices = np.array([-2.2, -2.0]), ["éé", "ab"]
     assert int(np.argmax(lls / np.array([float(len(c)) for c in choices]))) == r["pred_norm"]
 
 
 def test_partial_scoring_scores_one_target_after_each_context():
-    item = MCItem("", ["The cup is full of", "The jug is full of"], 1, contexts=["The cup is full of",
-                                                                             "The jug is full of"], target="water.")
+    item = MCItem(
+        "",
+        ["The cup is full of", "The jug is full of"],
+        1,
+        contexts=["The cup is full of", "The jug is full of"],
+        target="water.",
+    )
     assert item.requests() == [("The cup is full of", " water."), ("The jug is full of", " water.")]
     assert item.lengths()[0] == [6, 6]
 
@@ -302,16 +318,33 @@ def _hellaswag_row(label, act, a, b, endings):
 
 
 def test_hellaswag_and_arc_end_to_end(tmp_path, tok):
-    _write_jsonl(tmp_path / "hellaswag/hellaswag_val.jsonl", [
-        _hellaswag_row("1", "Cooking", "A man cuts onions.", "he", ["sings.", "fries them [title] well.", "flies."]),
-        _hellaswag_row("0", "Running", "A girl runs.", "she", ["stops.", "swims.", "reads."]),
-        _hellaswag_row(2, "Golf", "A man swings.", "the ball", ["rolls.", "falls.", "sings."]),
-    ])
-    _write_jsonl(tmp_path / "arc/arc_easy_val.jsonl", [
-        {"id": "a1", "question": "Sky color?", "choices": {"text": ["red", "blue"], "label": ["1", "2"]}, "answerKey": "2"},
-        {"id": "a2", "question": "Grass color?", "choices": {"text": ["green", "pink", "gray"], "label": ["A", "B", "C"]},
-         "answerKey": "A"},
-    ])
+    _write_jsonl(
+        tmp_path / "hellaswag/hellaswag_val.jsonl",
+        [
+            _hellaswag_row(
+                "1", "Cooking", "A man cuts onions.", "he", ["sings.", "fries them [title] well.", "flies."]
+            ),
+            _hellaswag_row("0", "Running", "A girl runs.", "she", ["stops.", "swims.", "reads."]),
+            _hellaswag_row(2, "Golf", "A man swings.", "the ball", ["rolls.", "falls.", "sings."]),
+        ],
+    )
+    _write_jsonl(
+        tmp_path / "arc/arc_easy_val.jsonl",
+        [
+            {
+                "id": "a1",
+                "question": "Sky color?",
+                "choices": {"text": ["red", "blue"], "label": ["1", "2"]},
+                "answerKey": "2",
+            },
+            {
+                "id": "a2",
+                "question": "Grass color?",
+                "choices": {"text": ["green", "pink", "gray"], "label": ["A", "B", "C"]},
+                "answerKey": "A",
+            },
+        ],
+    )
     scripts = {
         "Cooking: A man cuts onions. He": " fries them. well.",  # harness cleaning: " [title]" -> ". "
         "Running: A girl runs. She": " stops.",
@@ -338,12 +371,17 @@ def _cmmlu_csv(path: Path, rows: list[tuple]) -> None:
 
 
 def test_cmmlu_letters_subjects_and_dev_shots(tmp_path, tok):
-    _cmmlu_csv(tmp_path / "cmmlu/test/agronomy.csv", [("土地是什么", "甲", "乙", "丙", "丁", "C"),
-                                                       ("水是什么", "一", "二", "三", "四", "A")])
+    _cmmlu_csv(
+        tmp_path / "cmmlu/test/agronomy.csv",
+        [("土地是什么", "甲", "乙", "丙", "丁", "C"), ("水是什么", "一", "二", "三", "四", "A")],
+    )
     _cmmlu_csv(tmp_path / "cmmlu/test/arts.csv", [("画是什么", "红", "绿", "蓝", "黄", "B")])
     _cmmlu_csv(tmp_path / "cmmlu/dev/agronomy.csv", [("示例问题", "x", "y", "z", "w", "D")])
-    scripts = {"土地是什么\nA. 甲\nB. 乙\nC. 丙\nD. 丁\n答案：": " C", "水是什么\nA. 一\nB. 二\nC. 三\nD. 四\n答案：": " B",
-               "画是什么\nA. 红\nB. 绿\nC. 蓝\nD. 黄\n答案：": " B"}
+    scripts = {
+        "土地是什么\nA. 甲\nB. 乙\nC. 丙\nD. 丁\n答案：": " C",
+        "水是什么\nA. 一\nB. 二\nC. 三\nD. 四\n答案：": " B",
+        "画是什么\nA. 红\nB. 绿\nC. 蓝\nD. 黄\n答案：": " B",
+    }
     out = run_tasks(LMScorer(ScriptLM(scripts), tok), ["cmmlu"], data_dir=tmp_path, progress=False)
     res = out["tasks"]["cmmlu"]
     assert res["metrics"]["acc"] == pytest.approx(2 / 3)
@@ -359,24 +397,34 @@ def test_cmmlu_letters_subjects_and_dev_shots(tmp_path, tok):
 
 
 def test_yaml_mc_task(tmp_path, tok):
-    _write_jsonl(tmp_path / "quiz.jsonl", [
-        {"q": "Capital of France?", "A": "Paris", "B": "Rome", "answer": "A"},
-        {"q": "Capital of Italy?", "A": "Paris", "B": "Rome", "answer": "B"},
-        {"q": "Capital of Spain?", "A": "Madrid", "B": "Lisbon", "answer": "B"},
-    ])
+    _write_jsonl(
+        tmp_path / "quiz.jsonl",
+        [
+            {"q": "Capital of France?", "A": "Paris", "B": "Rome", "answer": "A"},
+            {"q": "Capital of Italy?", "A": "Paris", "B": "Rome", "answer": "B"},
+            {"q": "Capital of Spain?", "A": "Madrid", "B": "Lisbon", "answer": "B"},
+        ],
+    )
     spec = tmp_path / "quiz.yaml"
-    spec.write_text('name: capitals\nfile: quiz.jsonl\nquestion: "Q: {q}\\nA:"\nchoices: [A, B]\n'
-                    "label: answer\nlabels: [A, B]\n", encoding="utf-8")
-    scripts = {"Q: Capital of France?\nA:": " Paris", "Q: Capital of Italy?\nA:": " Rome",
-               "Q: Capital of Spain?\nA:": " Madrid"}
+    spec.write_text(
+        'name: capitals\nfile: quiz.jsonl\nquestion: "Q: {q}\\nA:"\nchoices: [A, B]\nlabel: answer\nlabels: [A, B]\n',
+        encoding="utf-8",
+    )
+    scripts = {
+        "Q: Capital of France?\nA:": " Paris",
+        "Q: Capital of Italy?\nA:": " Rome",
+        "Q: Capital of Spain?\nA:": " Madrid",
+    }
     out = run_tasks(LMScorer(ScriptLM(scripts), tok), [str(spec)], data_dir=tmp_path, progress=False)
     res = out["tasks"]["capitals"]
     assert [r["gold"] for r in res["records"]] == [0, 1, 1] and [r["pred"] for r in res["records"]] == [0, 1, 0]
     assert res["metrics"]["acc"] == pytest.approx(2 / 3)
     # fixed choices (letters) and a label given as choice text
     spec2 = tmp_path / "letters.yaml"
-    spec2.write_text('file: quiz.jsonl\nquestion: "{q} A={A} B={B}. Answer:"\nfixed_choices: [A, B]\nlabel: answer\n',
-                     encoding="utf-8")
+    spec2.write_text(
+        'file: quiz.jsonl\nquestion: "{q} A={A} B={B}. Answer:"\nfixed_choices: [A, B]\nlabel: answer\n',
+        encoding="utf-8",
+    )
     task = YamlMCTask.from_yaml(spec2)
     items, pool = task.load()
     assert task.name == "letters" and pool is None
@@ -385,23 +433,40 @@ def test_yaml_mc_task(tmp_path, tok):
 
 
 def test_yaml_partial_scoring_winogrande_style(tmp_path, tok):
-    _write_jsonl(tmp_path / "wino.jsonl", [
-        {"sentence": "The trophy did not fit in the case because the _ was too big.", "option1": "trophy",
-         "option2": "case", "answer": "1"},
-        {"sentence": "Anna gave Maria a book because _ had finished it.", "option1": "Anna", "option2": "Maria",
-         "answer": "1"},
-    ])
+    _write_jsonl(
+        tmp_path / "wino.jsonl",
+        [
+            {
+                "sentence": "The trophy did not fit in the case because the _ was too big.",
+                "option1": "trophy",
+                "option2": "case",
+                "answer": "1",
+            },
+            {
+                "sentence": "Anna gave Maria a book because _ had finished it.",
+                "option1": "Anna",
+                "option2": "Maria",
+                "answer": "1",
+            },
+        ],
+    )
     spec = tmp_path / "wino.yaml"
-    spec.write_text('file: wino.jsonl\nblank: sentence\ncontext_choices: ["{sentence_before}{option1}", '
-                    '"{sentence_before}{option2}"]\ntarget: "{sentence_after}"\nlabel: answer\nlabels: ["1", "2"]\n',
-                    encoding="utf-8")
+    spec.write_text(
+        'file: wino.jsonl\nblank: sentence\ncontext_choices: ["{sentence_before}{option1}", '
+        '"{sentence_before}{option2}"]\ntarget: "{sentence_after}"\nlabel: answer\nlabels: ["1", "2"]\n',
+        encoding="utf-8",
+    )
     items, _ = YamlMCTask.from_yaml(spec).load()
-    assert items[0].requests() == [("The trophy did not fit in the case because the trophy", " was too big."),
-                                   ("The trophy did not fit in the case because the case", " was too big.")]
+    assert items[0].requests() == [
+        ("The trophy did not fit in the case because the trophy", " was too big."),
+        ("The trophy did not fit in the case because the case", " was too big."),
+    ]
     assert items[0].gold == 0 and items[0].lengths()[0] == [len("was too big.")] * 2
     # scored end to end: the scripted model continues "...the trophy" with " was too big." only
-    scripts = {"The trophy did not fit in the case because the trophy": " was too big.",
-               "Anna gave Maria a book because Maria": " had finished it."}
+    scripts = {
+        "The trophy did not fit in the case because the trophy": " was too big.",
+        "Anna gave Maria a book because Maria": " had finished it.",
+    }
     out = run_tasks(LMScorer(ScriptLM(scripts), tok), [str(spec)], data_dir=tmp_path, progress=False)
     recs = out["tasks"]["wino"]["records"]
     assert [r["pred"] for r in recs] == [0, 1] and out["tasks"]["wino"]["metrics"]["acc"] == 0.5
@@ -411,22 +476,28 @@ def test_yaml_partial_scoring_winogrande_style(tmp_path, tok):
         YamlMCTask.from_yaml(bad)
 
 
-@pytest.mark.parametrize("body,match", [
-    ("file: quiz.jsonl\nquestion: x\nlabel: answer\n", "exactly one of 'choices'"),
-    ("file: quiz.jsonl\nchoices: c\nlabel: answer\n", "missing key 'question'"),
-    ("file: quiz.jsonl\nquestion: x\nchoices: c\nlabel: a\ncolour: red\n", "unknown key"),
-    ("file: missing.jsonl\nquestion: x\nchoices: [A]\nlabel: answer\n", "missing.jsonl: file not found"),
-    ("file: quiz.jsonl\nquestion: '{nope}'\nchoices: [A, B]\nlabel: answer\n", "names field 'nope'"),
-    ("file: quiz.jsonl\nquestion: x\nchoices: [A, B]\nlabel: answer\nlabels: [X, Y]\n", r"quiz.jsonl:1: label 'A' matches no"),
-    ("- not a mapping\n", "expected a YAML mapping"),
-    # found by attacking the CLI: each was a traceback
-    ('file: quiz.jsonl\nquestion: "Q: {q\\nA:"\nchoices: [A, B]\nlabel: answer\n', "template .* unmatched"),
-    ("file: quiz.jsonl\nquestion: '{q.x}'\nchoices: [A, B]\nlabel: answer\n", r"names \{q.x\}; fields are plain"),
-    ("file: quiz.jsonl\nquestion: x\nfixed_choices: 5\nlabel: answer\n", "'fixed_choices' must be a list"),
-    ("file: quiz.jsonl\nquestion: x\nchoices: [A, B]\nlabel: answer\nlabels: 7\n", "'labels' must be"),
-    ("file: 5\nquestion: x\nchoices: [A, B]\nlabel: answer\n", "'file' must be a file name, not int"),
-    ("file: quiz.jsonl\nquestion: x\nchoices: [{a: 1}]\nlabel: answer\n", "'choices' must be"),
-])
+@pytest.mark.parametrize(
+    "body,match",
+    [
+        ("file: quiz.jsonl\nquestion: x\nlabel: answer\n", "exactly one of 'choices'"),
+        ("file: quiz.jsonl\nchoices: c\nlabel: answer\n", "missing key 'question'"),
+        ("file: quiz.jsonl\nquestion: x\nchoices: c\nlabel: a\ncolour: red\n", "unknown key"),
+        ("file: missing.jsonl\nquestion: x\nchoices: [A]\nlabel: answer\n", "missing.jsonl: file not found"),
+        ("file: quiz.jsonl\nquestion: '{nope}'\nchoices: [A, B]\nlabel: answer\n", "names field 'nope'"),
+        (
+            "file: quiz.jsonl\nquestion: x\nchoices: [A, B]\nlabel: answer\nlabels: [X, Y]\n",
+            r"quiz.jsonl:1: label 'A' matches no",
+        ),
+        ("- not a mapping\n", "expected a YAML mapping"),
+        # found by attacking the CLI: each was a traceback
+        ('file: quiz.jsonl\nquestion: "Q: {q\\nA:"\nchoices: [A, B]\nlabel: answer\n', "template .* unmatched"),
+        ("file: quiz.jsonl\nquestion: '{q.x}'\nchoices: [A, B]\nlabel: answer\n", r"names \{q.x\}; fields are plain"),
+        ("file: quiz.jsonl\nquestion: x\nfixed_choices: 5\nlabel: answer\n", "'fixed_choices' must be a list"),
+        ("file: quiz.jsonl\nquestion: x\nchoices: [A, B]\nlabel: answer\nlabels: 7\n", "'labels' must be"),
+        ("file: 5\nquestion: x\nchoices: [A, B]\nlabel: answer\n", "'file' must be a file name, not int"),
+        ("file: quiz.jsonl\nquestion: x\nchoices: [{a: 1}]\nlabel: answer\n", "'choices' must be"),
+    ],
+)
 def test_yaml_task_errors(tmp_path, body, match):
     _write_jsonl(tmp_path / "quiz.jsonl", [{"q": "x", "A": "a", "B": "b", "answer": "A"}])
     spec = tmp_path / "t.yaml"
@@ -439,10 +510,13 @@ def test_yaml_task_errors(tmp_path, body, match):
 
 
 def test_lambada_accuracy_and_perplexity(tmp_path, tok):
-    _write_jsonl(tmp_path / "lambada/lambada_openai.jsonl", [
-        {"context": "I don't care about", "continuation": "signs"},
-        {"context": "She waved at", "continuation": "Shane"},
-    ])
+    _write_jsonl(
+        tmp_path / "lambada/lambada_openai.jsonl",
+        [
+            {"context": "I don't care about", "continuation": "signs"},
+            {"context": "She waved at", "continuation": "Shane"},
+        ],
+    )
     scripts = {"I don't care about": " signs", "She waved at": " Shawn"}
     res = run_tasks(LMScorer(ScriptLM(scripts), tok), "lambada", data_dir=tmp_path, progress=False)["tasks"]["lambada"]
     assert res["metrics"]["acc"] == 0.5
@@ -452,19 +526,30 @@ def test_lambada_accuracy_and_perplexity(tmp_path, tok):
 
 
 def test_blimp_per_paradigm(tmp_path, tok):
-    _write_jsonl(tmp_path / "blimp/agreement.jsonl", [
-        {"sentence_good": "The cats run.", "sentence_bad": "The cats runs."},
-        {"sentence_good": "A dog barks.", "sentence_bad": "A dog bark."},
-    ])
-    _write_jsonl(tmp_path / "blimp/island.jsonl", [
-        {"sentence_good": "Who did you see?", "sentence_bad": "Who you did see?"},
-        {"sentence_good": "What was eaten?", "sentence_bad": "What eaten was?"},
-    ])
+    _write_jsonl(
+        tmp_path / "blimp/agreement.jsonl",
+        [
+            {"sentence_good": "The cats run.", "sentence_bad": "The cats runs."},
+            {"sentence_good": "A dog barks.", "sentence_bad": "A dog bark."},
+        ],
+    )
+    _write_jsonl(
+        tmp_path / "blimp/island.jsonl",
+        [
+            {"sentence_good": "Who did you see?", "sentence_bad": "Who you did see?"},
+            {"sentence_good": "What was eaten?", "sentence_bad": "What eaten was?"},
+        ],
+    )
     eot = "\x00"  # how ScriptLM reads the eot that stands for the empty context
-    scripts = {eot: "The cats run.", eot + "A": " dog barks.", eot + "W": "ho did you see?",
-               eot + "Wh": "at eaten was?"}  # the last one prefers the bad sentence
-    res = run_tasks(LMScorer(ScriptLM(scripts), tok, batch_size=3), "blimp", data_dir=tmp_path,
-                    progress=False)["tasks"]["blimp"]
+    scripts = {
+        eot: "The cats run.",
+        eot + "A": " dog barks.",
+        eot + "W": "ho did you see?",
+        eot + "Wh": "at eaten was?",
+    }  # the last one prefers the bad sentence
+    res = run_tasks(LMScorer(ScriptLM(scripts), tok, batch_size=3), "blimp", data_dir=tmp_path, progress=False)[
+        "tasks"
+    ]["blimp"]
     assert res["subtasks"] == {"agreement": {"acc": 1.0, "n": 2}, "island": {"acc": 0.5, "n": 2}}
     assert res["metrics"]["acc"] == 0.75 and res["metrics"]["acc_macro"] == 0.75
     r0 = res["records"][0]
@@ -477,16 +562,20 @@ def test_blimp_per_paradigm(tmp_path, tok):
 
 
 def test_gsm8k_generation_and_extraction(tmp_path, tok):
-    _write_jsonl(tmp_path / "gsm8k/test.jsonl", [
-        {"question": "Tom has 3 apples and gets 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"},
-        {"question": "Price of 1234 pens at $1?", "answer": "#### 1,234"},
-        {"question": "Debt?", "answer": "#### -5"},
-    ])
-    scripts = {"Question: Tom has 3 apples and gets 4. How many?\nAnswer:": " He has 3 + 4 = 7 apples.\n#### 7\n\nQuestion: 9",
-               "Question: Price of 1234 pens at $1?\nAnswer:": " The answer is $1,234.00.",
-               "Question: Debt?\nAnswer:": " It is 5."}
-    out = run_tasks(LMScorer(ScriptLM(scripts), tok, batch_size=2), "gsm8k", data_dir=tmp_path, shots=0,
-                    progress=False)
+    _write_jsonl(
+        tmp_path / "gsm8k/test.jsonl",
+        [
+            {"question": "Tom has 3 apples and gets 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"},
+            {"question": "Price of 1234 pens at $1?", "answer": "#### 1,234"},
+            {"question": "Debt?", "answer": "#### -5"},
+        ],
+    )
+    scripts = {
+        "Question: Tom has 3 apples and gets 4. How many?\nAnswer:": " He has 3 + 4 = 7 apples.\n#### 7\n\nQuestion: 9",
+        "Question: Price of 1234 pens at $1?\nAnswer:": " The answer is $1,234.00.",
+        "Question: Debt?\nAnswer:": " It is 5.",
+    }
+    out = run_tasks(LMScorer(ScriptLM(scripts), tok, batch_size=2), "gsm8k", data_dir=tmp_path, shots=0, progress=False)
     res = out["tasks"]["gsm8k"]
     assert [r["pred"] for r in res["records"]] == ["7", "1234", "5"]
     assert [r["gold"] for r in res["records"]] == ["7", "1234", "-5"]
@@ -503,13 +592,24 @@ def test_gsm8k_generation_and_extraction(tmp_path, tok):
 
 
 def test_math500_boxed_and_equivalence(tmp_path):
-    _write_jsonl(tmp_path / "math500/test.jsonl", [
-        {"problem": "Half of one?", "solution": "It is $\\boxed{\\frac{1}{2}}$.", "answer": "\\frac12", "subject": "Algebra"},
-        {"problem": "Angle?", "solution": "$\\boxed{90^\\circ}$", "answer": "90^\\circ", "subject": "Geometry"},
-        {"problem": "Point?", "solution": "$\\boxed{(1,2)}$", "subject": "Algebra"},
-    ])
-    gen = {"Half of one?\n\nSolution:": " We get \\boxed{0.5}.", "Angle?\n\nSolution:": " So $\\boxed{90}$ degrees.",
-           "Point?\n\nSolution:": " \\boxed{(2,1)}"}
+    _write_jsonl(
+        tmp_path / "math500/test.jsonl",
+        [
+            {
+                "problem": "Half of one?",
+                "solution": "It is $\\boxed{\\frac{1}{2}}$.",
+                "answer": "\\frac12",
+                "subject": "Algebra",
+            },
+            {"problem": "Angle?", "solution": "$\\boxed{90^\\circ}$", "answer": "90^\\circ", "subject": "Geometry"},
+            {"problem": "Point?", "solution": "$\\boxed{(1,2)}$", "subject": "Algebra"},
+        ],
+    )
+    gen = {
+        "Half of one?\n\nSolution:": " We get \\boxed{0.5}.",
+        "Angle?\n\nSolution:": " So $\\boxed{90}$ degrees.",
+        "Point?\n\nSolution:": " \\boxed{(2,1)}",
+    }
     fake = FakeScorer(gen=gen)
     res = run_tasks(fake, "math500", data_dir=tmp_path, shots=0, max_gen_toks=7, progress=False)["tasks"]["math500"]
     assert [r["correct"] for r in res["records"]] == [True, True, False]
@@ -574,8 +674,15 @@ MATH_EQUAL_CASES = [
     ("\\boxed{4}", "4"),
     ("\\begin{pmatrix} -1/3 \\\\ 2/3 \\end{pmatrix}", "\\begin{pmatrix}-1/3\\\\2/3\\end{pmatrix}"),
 ]
-MATH_UNEQUAL_CASES = [("\\frac{1}{2}", "\\frac{1}{3}"), ("(1,2)", "(2,1)"), ("2x+3", "2x-3"), ("5", "50"),
-                      ("1,-2", "-2,1"), ("2m", "2"), ("\\sqrt{2}", "2")]
+MATH_UNEQUAL_CASES = [
+    ("\\frac{1}{2}", "\\frac{1}{3}"),
+    ("(1,2)", "(2,1)"),
+    ("2x+3", "2x-3"),
+    ("5", "50"),
+    ("1,-2", "-2,1"),
+    ("2m", "2"),
+    ("\\sqrt{2}", "2"),
+]
 
 
 @pytest.mark.parametrize("a,b", MATH_EQUAL_CASES)
@@ -593,9 +700,14 @@ def test_boxed_extraction_nested_and_forms():
     assert last_boxed("$\\boxed{\\left\\{1,2\\right\\}}$") == "\\left\\{1,2\\right\\}"
     assert last_boxed("so \\boxed 5$.") == "5" and last_boxed("\\fbox{7}") == "7"
     assert last_boxed("no box") is None and last_boxed("\\boxed{unclosed") is None
-    assert extract_math_answer("Final Answer: The final answer is $\\frac{1}{2}$. I hope it is correct.") == "\\frac{1}{2}"
+    assert (
+        extract_math_answer("Final Answer: The final answer is $\\frac{1}{2}$. I hope it is correct.") == "\\frac{1}{2}"
+    )
     assert extract_math_answer("nothing") is None and not math_equal(None, "1")
-    assert normalize_math_answer("\\left[ \\frac{\\pi^2}{8}, \\frac{5 \\pi^2}{4} \\right]") == "[\\frac{\\pi^2}{8},\\frac{5\\pi^2}{4}]"
+    assert (
+        normalize_math_answer("\\left[ \\frac{\\pi^2}{8}, \\frac{5 \\pi^2}{4} \\right]")
+        == "[\\frac{\\pi^2}{8},\\frac{5\\pi^2}{4}]"
+    )
 
 
 # ----------------------------------------------------------------------------- files and registry errors
@@ -613,8 +725,10 @@ def test_malformed_and_missing_files(tmp_path):
     bad.write_text('{"context": "a"}\n', encoding="utf-8")
     with pytest.raises(DataError, match=r"lambada_openai.jsonl:1: missing field 'continuation'"):
         run_tasks(scorer, "lambada", data_dir=tmp_path, progress=False)
-    _write_jsonl(tmp_path / "arc/arc_easy_val.jsonl",
-                 [{"question": "q", "choices": {"text": ["a"], "label": ["A"]}, "answerKey": "B"}])
+    _write_jsonl(
+        tmp_path / "arc/arc_easy_val.jsonl",
+        [{"question": "q", "choices": {"text": ["a"], "label": ["A"]}, "answerKey": "B"}],
+    )
     with pytest.raises(DataError, match=r"arc_easy_val.jsonl:1: answerKey 'B' not among"):
         run_tasks(scorer, "arc_easy", data_dir=tmp_path, progress=False)
     _cmmlu_csv(tmp_path / "cmmlu/test/x.csv", [("q", "a", "b", "c", "d", "E")])
@@ -684,8 +798,14 @@ def test_shared_data_loaders_parse_real_files(shared):
         "gsm8k": len(generation.load_gsm8k(shared / generation.GSM8K_FILE)),
         "math500": len(generation.load_math500(shared / generation.MATH500_FILE)),
     }
-    assert counts == {"hellaswag": 10042, "arc_easy": 570, "arc_challenge": 299, "lambada": 5153, "gsm8k": 1319,
-                      "math500": 500}
+    assert counts == {
+        "hellaswag": 10042,
+        "arc_easy": 570,
+        "arc_challenge": 299,
+        "lambada": 5153,
+        "gsm8k": 1319,
+        "math500": 500,
+    }
     cm = mc.load_cmmlu(shared / mc.CMMLU_DIR)
     assert len(cm) == 67 and all(dev is not None and len(dev) == 5 for _, dev in cm.values())
     bl = blimp.load_blimp(shared / blimp.BLIMP_DIR)
@@ -714,15 +834,33 @@ def test_eval_verb_end_to_end_with_a_stub_checkpoint_loader(tmp_path, tok, monke
 
     from smallinit import cli
 
-    _write_jsonl(tmp_path / "data/lambada/lambada_openai.jsonl",
-                 [{"context": "Say", "continuation": "yes"}, {"context": "Say it", "continuation": "no"}])
+    _write_jsonl(
+        tmp_path / "data/lambada/lambada_openai.jsonl",
+        [{"context": "Say", "continuation": "yes"}, {"context": "Say it", "continuation": "no"}],
+    )
     loaded = []
-    fake = SimpleNamespace(load_checkpoint=lambda p: loaded.append(p) or ScriptLM({"Say": " yes"}),
-                           load_run_tokenizer=lambda p: tok)
-    monkeypatch.setitem(sys.modules, "smallinit.checkpoint", fake)
+    fake = SimpleNamespace(
+        load_checkpoint=lambda p: loaded.append(p) or ScriptLM({"Say": " yes"}), load_run_tokenizer=lambda p: tok
+    )
+    monkeypatch.setitem(sys.modules, "smallinit.runs.checkpoint", fake)
     out = tmp_path / "res.json"
-    rc = cli.main(["eval", "RUN", "--tasks", "lambada", "--data-dir", str(tmp_path / "data"), "--limit", "1",
-                   "--device", "cpu", "--no-progress", "--out", str(out)])
+    rc = cli.main(
+        [
+            "eval",
+            "RUN",
+            "--tasks",
+            "lambada",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--limit",
+            "1",
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0 and loaded == ["RUN"]
     res = json.loads(out.read_text())
     assert res["checkpoint"] == "RUN" and res["tasks"]["lambada"]["metrics"]["acc"] == 1.0
@@ -736,7 +874,7 @@ def test_eval_verb_end_to_end_with_a_stub_checkpoint_loader(tmp_path, tok, monke
 def test_task_files_are_read_up_front_and_names_must_differ(tmp_path):
     """A bad task file fails in parse_tasks (before a model is loaded); two files reporting as one name are refused
     (one result silently replaced the other); YAML-only runs need no benchmark data folder."""
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
     from smallinit.eval.tasks import needs_data_dir, parse_tasks
 
     _write_jsonl(tmp_path / "quiz.jsonl", [{"q": "x", "A": "a", "B": "b", "answer": "A"}])

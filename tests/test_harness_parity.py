@@ -14,34 +14,54 @@ import os
 import time
 
 import pytest
-
 from conftest import tiny_overrides
-from smallinit.paths import shared_data_dir
+
+from smallinit.core.paths import shared_data_dir
 
 N_ITEMS = 200
 DATA = shared_data_dir()
 
 pytestmark = pytest.mark.skipif(
-    DATA is None or not (DATA / "hellaswag/hellaswag_val.jsonl").is_file() or not (DATA / "arc/arc_easy_val.jsonl").is_file(),
-    reason="benchmark files (../shared/data/hellaswag, arc) absent")
+    DATA is None
+    or not (DATA / "hellaswag/hellaswag_val.jsonl").is_file()
+    or not (DATA / "arc/arc_easy_val.jsonl").is_file(),
+    reason="benchmark files (../shared/data/hellaswag, arc) absent",
+)
 
 
 def _harness_tasks(cache_dir: str) -> list[dict]:
     """lm-eval's own hellaswag and arc_easy task configs, pointed at the local files (no download)."""
     from lm_eval.tasks.hellaswag.utils import process_docs
 
-    metrics = [{"metric": "acc", "aggregation": "mean", "higher_is_better": True},
-               {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True}]
+    metrics = [
+        {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+        {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True},
+    ]
 
     def local(path):
-        return {"dataset_path": "json", "dataset_kwargs": {"data_files": {"validation": str(path)}, "cache_dir": cache_dir},
-                "validation_split": "validation", "output_type": "multiple_choice", "metric_list": metrics}
+        return {
+            "dataset_path": "json",
+            "dataset_kwargs": {"data_files": {"validation": str(path)}, "cache_dir": cache_dir},
+            "validation_split": "validation",
+            "output_type": "multiple_choice",
+            "metric_list": metrics,
+        }
 
-    hs = {"task": "hellaswag_local", **local(DATA / "hellaswag/hellaswag_val.jsonl"), "process_docs": process_docs,
-          "doc_to_text": "{{query}}", "doc_to_target": "{{label}}", "doc_to_choice": "choices"}
-    arc = {"task": "arc_easy_local", **local(DATA / "arc/arc_easy_val.jsonl"),
-           "doc_to_text": "Question: {{question}}\nAnswer:", "doc_to_target": "{{choices.label.index(answerKey)}}",
-           "doc_to_choice": "{{choices.text}}"}
+    hs = {
+        "task": "hellaswag_local",
+        **local(DATA / "hellaswag/hellaswag_val.jsonl"),
+        "process_docs": process_docs,
+        "doc_to_text": "{{query}}",
+        "doc_to_target": "{{label}}",
+        "doc_to_choice": "choices",
+    }
+    arc = {
+        "task": "arc_easy_local",
+        **local(DATA / "arc/arc_easy_val.jsonl"),
+        "doc_to_text": "Question: {{question}}\nAnswer:",
+        "doc_to_target": "{{choices.label.index(answerKey)}}",
+        "doc_to_choice": "{{choices.text}}",
+    }
     return [hs, arc]
 
 
@@ -57,27 +77,44 @@ def test_acc_and_acc_norm_match_lm_eval_hf(tmp_path, token_dir, monkeypatch):
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    from smallinit.checkpoint import load_checkpoint, load_run_tokenizer
     from smallinit.cli import main as cli
     from smallinit.commands.evaluate import evaluate
+    from smallinit.runs.checkpoint import load_checkpoint, load_run_tokenizer
 
     run, hf = tmp_path / "run", tmp_path / "hf"
-    over = tiny_overrides(token_dir, **{"train.max_steps": 10, "model.max_seq_len": 1024, "model.gate": "none",
-                                        "train.seed": 7})
+    over = tiny_overrides(
+        token_dir, **{"train.max_steps": 10, "model.max_seq_len": 1024, "model.gate": "none", "train.seed": 7}
+    )
     assert cli(["train", "--config", "tiny", "--out", str(run), *over]) == 0
     assert cli(["export", str(run), "--to", "hf", str(hf)]) == 0
 
     t0 = time.perf_counter()
-    ours = evaluate(load_checkpoint(run), load_run_tokenizer(run), ["hellaswag", "arc_easy"], data_dir=DATA,
-                    limit=N_ITEMS, batch_size=32, device="cpu", progress=False)
+    ours = evaluate(
+        load_checkpoint(run),
+        load_run_tokenizer(run),
+        ["hellaswag", "arc_easy"],
+        data_dir=DATA,
+        limit=N_ITEMS,
+        batch_size=32,
+        device="cpu",
+        progress=False,
+    )
 
     t_ours = time.perf_counter() - t0
     lm = HFLM(pretrained=str(hf), device="cpu", batch_size=32, dtype="float32")
     # include_defaults=False: the tasks are given whole; indexing lm-eval's ~10k task YAMLs would take a minute
-    theirs = simple_evaluate(model=lm, tasks=_harness_tasks(str(tmp_path / "hf_datasets")), limit=N_ITEMS,
-                             task_manager=TaskManager(include_defaults=False),
-                             log_samples=True, bootstrap_iters=0, random_seed=0, numpy_random_seed=0,
-                             torch_random_seed=0, fewshot_random_seed=0)
+    theirs = simple_evaluate(
+        model=lm,
+        tasks=_harness_tasks(str(tmp_path / "hf_datasets")),
+        limit=N_ITEMS,
+        task_manager=TaskManager(include_defaults=False),
+        log_samples=True,
+        bootstrap_iters=0,
+        random_seed=0,
+        numpy_random_seed=0,
+        torch_random_seed=0,
+        fewshot_random_seed=0,
+    )
     t_theirs = time.perf_counter() - t0 - t_ours
     torch.set_num_threads(1)  # lm-eval may have changed it
     figures = {"seconds": {"smallinit": round(t_ours, 1), "lm_eval_hf": round(t_theirs, 1)}}
@@ -91,9 +128,14 @@ def test_acc_and_acc_norm_match_lm_eval_hf(tmp_path, token_dir, monkeypatch):
         assert [r["correct_norm"] for r in o["records"]] == [bool(s["acc_norm"]) for s in samples]
         assert o["metrics"]["acc"] == pytest.approx(t["acc,none"], abs=1e-12)
         assert o["metrics"]["acc_norm"] == pytest.approx(t["acc_norm,none"], abs=1e-12)
-        figures[ours_name] = {"ours_acc": o["metrics"]["acc"], "ours_acc_norm": o["metrics"]["acc_norm"],
-                              "ours_acc_bytes": o["metrics"]["acc_bytes"], "harness_acc": t["acc,none"],
-                              "harness_acc_norm": t["acc_norm,none"], "n": N_ITEMS}
+        figures[ours_name] = {
+            "ours_acc": o["metrics"]["acc"],
+            "ours_acc_norm": o["metrics"]["acc_norm"],
+            "ours_acc_bytes": o["metrics"]["acc_bytes"],
+            "harness_acc": t["acc,none"],
+            "harness_acc_norm": t["acc_norm,none"],
+            "n": N_ITEMS,
+        }
     out = os.environ.get("SMALLINIT_PARITY_OUT")
     if out:  # the README's figures come from this file
         with open(out, "w") as f:

@@ -12,14 +12,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from smallinit.checkpoint import load_checkpoint, save_checkpoint
 from smallinit.cli import main as cli
+from smallinit.config import RunConfig
+from smallinit.core.errors import CheckpointError, ConfigError
 from smallinit.data.tokenizer import EOT_TOKEN, byte_tokenizer
-from smallinit.errors import CheckpointError, ConfigError
-from smallinit.hf import (GATED_ARCH, export_hf, fold_gate, hf_config_dict, import_hf, load_hf_tensors,
-                               model_config_from_hf, unfold_gate)
+from smallinit.interop.hf import (
+    GATED_ARCH,
+    export_hf,
+    fold_gate,
+    hf_config_dict,
+    import_hf,
+    load_hf_tensors,
+    model_config_from_hf,
+    unfold_gate,
+)
 from smallinit.model import ModelConfig, Transformer
-from smallinit.train.config import RunConfig
+from smallinit.runs.checkpoint import load_checkpoint, save_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
@@ -40,8 +48,20 @@ def hf_modules_cache():
 
 
 def small_cfg(**kw) -> ModelConfig:
-    base = dict(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=64, max_seq_len=64,
-                gate="none", gamma=0.5, norm_eps=1e-12, rope_theta=5000.0, tie_embeddings=True)
+    base = dict(
+        vocab_size=VOCAB,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=4,
+        d_ff=64,
+        max_seq_len=64,
+        gate="none",
+        gamma=0.5,
+        norm_eps=1e-12,
+        rope_theta=5000.0,
+        tie_embeddings=True,
+    )
     base.update(kw)
     return ModelConfig.from_preset("tiny", **base)
 
@@ -59,7 +79,9 @@ def make_run(root: Path, cfg: ModelConfig, seed: int = 0, steps: tuple[int, ...]
             for name, p in model.named_parameters():
                 if p.ndim == 1:
                     p.copy_(1 + 0.5 * torch.randn_like(p))
-        save_checkpoint(run, step, model.state_dict(), {}, {"tokens": 0}, RunConfig(model=cfg).to_dict(), tied_keys=tied)
+        save_checkpoint(
+            run, step, model.state_dict(), {}, {"tokens": 0}, RunConfig(model=cfg).to_dict(), tied_keys=tied
+        )
     byte_tokenizer().save(str(run / "tokenizer.json"))
     return run
 
@@ -77,8 +99,11 @@ def ours_logits(model, idx: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- export -> transformers
 
 
-@pytest.mark.parametrize("tie,n_kv,eps", [(True, 4, 1e-12), (False, 2, 0.05), (True, 1, 1e-5), (False, 4, 1e-12)],
-                         ids=["tied-mha", "untied-gqa", "tied-mqa", "untied-mha"])
+@pytest.mark.parametrize(
+    "tie,n_kv,eps",
+    [(True, 4, 1e-12), (False, 2, 0.05), (True, 1, 1e-5), (False, 4, 1e-12)],
+    ids=["tied-mha", "untied-gqa", "tied-mqa", "untied-mha"],
+)
 def test_export_loads_in_transformers_with_equal_logits(tmp_path, tie, n_kv, eps):
     cfg = small_cfg(tie_embeddings=tie, n_kv_heads=n_kv, norm_eps=eps)
     run = make_run(tmp_path, cfg)
@@ -129,7 +154,7 @@ def test_export_picks_checkpoint_step_and_is_atomic(tmp_path):
     step0 = load_file(str(run / "checkpoints/step_00000000/model.safetensors"))["lm_head.weight"]
     step5 = load_file(str(run / "checkpoints/step_00000005/model.safetensors"))["lm_head.weight"]
     assert torch.equal(first, step0) and not torch.equal(first, step5)
-    from smallinit.io import umask
+    from smallinit.core.io import umask
 
     modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
     assert set(modes.values()) == {0o666 & ~umask()}, modes  # the weights as readable as the rest (were 0600)
@@ -192,8 +217,10 @@ def test_fold_gate_interleaves_per_head():
         folded = fold_gate(q, gate, H)
         assert folded.shape == (H * (hd + g), d)
         for h in range(H):  # head h: its hd query rows, then its g gate rows
-            block = folded[h * (hd + g):(h + 1) * (hd + g)]
-            assert torch.equal(block[:hd], q[h * hd:(h + 1) * hd]) and torch.equal(block[hd:], gate[h * g:(h + 1) * g])
+            block = folded[h * (hd + g) : (h + 1) * (hd + g)]
+            assert torch.equal(block[:hd], q[h * hd : (h + 1) * hd]) and torch.equal(
+                block[hd:], gate[h * g : (h + 1) * g]
+            )
         q2, gate2 = unfold_gate(folded, H, hd)
         assert torch.equal(q2, q) and torch.equal(gate2, gate)
 
@@ -214,13 +241,27 @@ def test_gated_export_matches_qwen3_next_attention_without_qk_norm(tmp_path):
         transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=False)  # refused, not mis-loaded
 
     qc = transformers.Qwen3NextConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, layer_types=["full_attention"] * 2, num_experts=0, partial_rotary_factor=1.0,
-        rms_norm_eps=1e-6, rope_theta=5000.0, tie_word_embeddings=False, max_position_embeddings=64)
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        layer_types=["full_attention"] * 2,
+        num_experts=0,
+        partial_rotary_factor=1.0,
+        rms_norm_eps=1e-6,
+        rope_theta=5000.0,
+        tie_word_embeddings=False,
+        max_position_embeddings=64,
+    )
     qwen = transformers.Qwen3NextForCausalLM(qc).eval()
     tensors = load_hf_tensors(out)
     # Qwen3-Next's RMSNorm multiplies by (1 + w): store w - 1
-    tensors = {k: (v - 1 if k.endswith("layernorm.weight") or k == "model.norm.weight" else v) for k, v in tensors.items()}
+    tensors = {
+        k: (v - 1 if k.endswith("layernorm.weight") or k == "model.norm.weight" else v) for k, v in tensors.items()
+    }
     missing, unexpected = qwen.load_state_dict(tensors, strict=False)
     assert not unexpected and all("q_norm" in k or "k_norm" in k for k in missing)
     for layer in qwen.model.layers:
@@ -251,10 +292,14 @@ def test_gated_export_import_round_trip(tmp_path, gate):
 REMOTE_CASES = {
     "gated-elementwise-gqa-untied": dict(gate="elementwise", n_kv_heads=2, tie_embeddings=False),
     "gated-headwise-mqa-tied": dict(gate="headwise", n_kv_heads=1, norm_eps=1e-5),
-    "moe-gated-top2-shared-bias": dict(gate="elementwise", n_kv_heads=2, moe=dict(
-        n_experts=4, top_k=2, n_shared_experts=1, d_expert=16, every=1, bias_update_rate=0.01)),
-    "moe-ungated-top1-every2": dict(gate="none", tie_embeddings=False, moe=dict(n_experts=3, top_k=1, d_expert=24,
-                                                                                   every=2)),
+    "moe-gated-top2-shared-bias": dict(
+        gate="elementwise",
+        n_kv_heads=2,
+        moe=dict(n_experts=4, top_k=2, n_shared_experts=1, d_expert=16, every=1, bias_update_rate=0.01),
+    ),
+    "moe-ungated-top1-every2": dict(
+        gate="none", tie_embeddings=False, moe=dict(n_experts=3, top_k=1, d_expert=24, every=2)
+    ),
 }
 
 
@@ -268,8 +313,15 @@ def make_remote_run(root: Path, cfg: ModelConfig) -> Path:
             for name, b in model.named_buffers():
                 if name.endswith("expert_bias"):
                     b.copy_(0.2 * torch.randn_like(b))
-        save_checkpoint(run, 0, model.state_dict(), {}, {"tokens": 0}, RunConfig(model=cfg).to_dict(),
-                        tied_keys=("lm_head.weight",) if cfg.tie_embeddings else ())
+        save_checkpoint(
+            run,
+            0,
+            model.state_dict(),
+            {},
+            {"tokens": 0},
+            RunConfig(model=cfg).to_dict(),
+            tied_keys=("lm_head.weight",) if cfg.tie_embeddings else (),
+        )
     return run
 
 
@@ -279,8 +331,8 @@ def load_remote(out: Path):
 
 def greedy_ours(model, prompt: torch.Tensor, n: int) -> list[int]:
     """Our greedy continuation of ``prompt`` (1, T), cut after the first <|endoftext|> (where generate stops)."""
-    new = model.generate(prompt, n, temperature=0)[0, prompt.shape[1]:].tolist()
-    return new[:new.index(EOT) + 1] if EOT in new else new
+    new = model.generate(prompt, n, temperature=0)[0, prompt.shape[1] :].tolist()
+    return new[: new.index(EOT) + 1] if EOT in new else new
 
 
 @pytest.mark.parametrize("case", list(REMOTE_CASES))
@@ -310,8 +362,10 @@ def test_remote_code_export_loads_in_transformers_with_equal_logits_and_greedy_d
     for prompt in (idx[:1, :10], idx[1:2, :7]):
         want = greedy_ours(ours, prompt, 5)
         with torch.no_grad():
-            runs = [model.generate(prompt, max_new_tokens=5, do_sample=False, use_cache=c)[0, prompt.shape[1]:].tolist()
-                    for c in (True, True, False)]
+            runs = [
+                model.generate(prompt, max_new_tokens=5, do_sample=False, use_cache=c)[0, prompt.shape[1] :].tolist()
+                for c in (True, True, False)
+            ]
         assert runs[0] == runs[1] == runs[2] == want, (runs, want)  # deterministic, with or without the KV cache
 
 
@@ -325,19 +379,20 @@ def test_remote_code_batched_generation_with_left_padding(tmp_path):
     ids = torch.full((2, 9), EOT)
     mask = torch.zeros(2, 9, dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, 9 - p.shape[1]:], mask[i, 9 - p.shape[1]:] = p[0], 1
+        ids[i, 9 - p.shape[1] :], mask[i, 9 - p.shape[1] :] = p[0], 1
     with torch.no_grad():
         got = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=EOT)[:, 9:]
     for i, p in enumerate(prompts):
         want = greedy_ours(ours, p, 4)
-        assert got[i, :len(want)].tolist() == want
+        assert got[i, : len(want)].tolist() == want
 
 
 def test_remote_code_pipeline_and_tokenizer(tmp_path):
     run = make_remote_run(tmp_path, small_cfg(gate="elementwise"))
     out = export_hf(run, tmp_path / "hf")
-    pipe = transformers.pipeline("text-generation", model=str(out), trust_remote_code=True, device="cpu",
-                                 dtype=torch.float32)
+    pipe = transformers.pipeline(
+        "text-generation", model=str(out), trust_remote_code=True, device="cpu", dtype=torch.float32
+    )
     text = "Small init"
     res = pipe(text, max_new_tokens=4, do_sample=False, return_full_text=False)
     ids = byte_tokenizer().encode(text).ids
@@ -347,7 +402,7 @@ def test_remote_code_pipeline_and_tokenizer(tmp_path):
 
 def test_remote_code_files_are_self_contained():
     """The files written into exports import only torch, transformers and each other (no smallinit, nothing else)."""
-    from smallinit.hf_remote import REMOTE_FILES, remote_code_sources
+    from smallinit.interop.hf_remote import REMOTE_FILES, remote_code_sources
 
     srcs = remote_code_sources()
     assert sorted(srcs) == sorted(REMOTE_FILES)
@@ -389,11 +444,24 @@ def test_moe_export_import_round_trip(tmp_path, case):
 # ----------------------------------------------------------------------------- import
 
 
-def hf_llama(tmp_path: Path, name: str = "src", tie: bool = False, shard: bool = False, **cfg_kw) -> tuple[Path, object]:
+def hf_llama(
+    tmp_path: Path, name: str = "src", tie: bool = False, shard: bool = False, **cfg_kw
+) -> tuple[Path, object]:
     """A random transformers LlamaForCausalLM saved as a local folder with the byte tokenizer."""
-    conf = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=20000.0,
-                tie_word_embeddings=tie, bos_token_id=256, eos_token_id=256)
+    conf = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+        rope_theta=20000.0,
+        tie_word_embeddings=tie,
+        bos_token_id=256,
+        eos_token_id=256,
+    )
     conf.update(cfg_kw)
     torch.manual_seed(3)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**conf)).eval()
@@ -428,9 +496,19 @@ def test_import_then_export_is_identical(tmp_path, tie, shard):
     for k in t0:
         assert t0[k].dtype == t1[k].dtype and torch.equal(t0[k], t1[k]), k
     c0, c1 = json.loads((src / "config.json").read_text()), json.loads((out / "config.json").read_text())
-    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
-                "bos_token_id", "eos_token_id"):
+    for key in (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "tie_word_embeddings",
+        "bos_token_id",
+        "eos_token_id",
+    ):
         assert c0.get(key) == c1.get(key), key
 
 
@@ -439,30 +517,48 @@ def test_imported_run_is_usable_by_smallinit_eval(tmp_path):
     run = import_hf(src, tmp_path / "run", max_seq_len=32)
     assert load_checkpoint(run).config.max_seq_len == 32
     items = tmp_path / "items.jsonl"
-    items.write_text("\n".join(json.dumps({"q": f"Is {i} even?", "choices": ["yes", "no"], "label": i % 2})
-                               for i in range(4)) + "\n")
+    items.write_text(
+        "\n".join(json.dumps({"q": f"Is {i} even?", "choices": ["yes", "no"], "label": i % 2}) for i in range(4)) + "\n"
+    )
     (tmp_path / "task.yaml").write_text('file: items.jsonl\nquestion: "Q: {q}\\nA:"\nchoices: choices\nlabel: label\n')
     res = tmp_path / "res.json"
-    assert cli(["eval", str(run), "--tasks", str(tmp_path / "task.yaml"), "--data-dir", str(tmp_path),
-                "--out", str(res), "--no-progress"]) == 0
+    assert (
+        cli(
+            [
+                "eval",
+                str(run),
+                "--tasks",
+                str(tmp_path / "task.yaml"),
+                "--data-dir",
+                str(tmp_path),
+                "--out",
+                str(res),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert json.loads(res.read_text())["tasks"]["task"]["metrics"]["n"] == 4
     with pytest.raises(ConfigError, match="already holds"):
         import_hf(src, run)
 
 
-@pytest.mark.parametrize("change,msg", [
-    (dict(hidden_act="gelu"), "hidden_act"),
-    (dict(attention_bias=True), "attention_bias"),
-    (dict(mlp_bias=True), "mlp_bias"),
-    (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling"),
-    (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}), "rope_parameters"),
-    (dict(head_dim=16), "head_dim"),
-    (dict(head_dim="abc"), "head_dim='abc' is not a whole number"),
-    (dict(num_attention_heads=0), "invalid model"),
-    (dict(hidden_size=64.5), "hidden_size=64.5 is not a whole number"),
-    (dict(num_hidden_layers=True), "num_hidden_layers=True"),
-    (dict(architectures=["MistralForCausalLM"], model_type="mistral"), "not supported"),
-])
+@pytest.mark.parametrize(
+    "change,msg",
+    [
+        (dict(hidden_act="gelu"), "hidden_act"),
+        (dict(attention_bias=True), "attention_bias"),
+        (dict(mlp_bias=True), "mlp_bias"),
+        (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling"),
+        (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}), "rope_parameters"),
+        (dict(head_dim=16), "head_dim"),
+        (dict(head_dim="abc"), "head_dim='abc' is not a whole number"),
+        (dict(num_attention_heads=0), "invalid model"),
+        (dict(hidden_size=64.5), "hidden_size=64.5 is not a whole number"),
+        (dict(num_hidden_layers=True), "num_hidden_layers=True"),
+        (dict(architectures=["MistralForCausalLM"], model_type="mistral"), "not supported"),
+    ],
+)
 def test_import_refuses_unsupported_configs(tmp_path, capsys, change, msg):
     src, _ = hf_llama(tmp_path)
     conf = json.loads((src / "config.json").read_text())
@@ -499,12 +595,30 @@ def test_import_refuses_missing_or_mismatched_files(tmp_path):
 def test_config_mapping_round_trip_and_transformers5_rope():
     cfg = small_cfg(n_kv_heads=2, tie_embeddings=False, norm_eps=1e-12, rope_theta=123.0)
     back = model_config_from_hf(hf_config_dict(cfg, 256, 256))
-    for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_seq_len", "rope_theta",
-              "norm_eps", "tie_embeddings", "gate"):
+    for f in (
+        "vocab_size",
+        "d_model",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "d_ff",
+        "max_seq_len",
+        "rope_theta",
+        "norm_eps",
+        "tie_embeddings",
+        "gate",
+    ):
         assert getattr(back, f) == getattr(cfg, f), f
-    v5 = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 300, "hidden_size": 32,
-          "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
-          "rope_parameters": {"rope_type": "default", "rope_theta": 777.0}}
+    v5 = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": 300,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 777.0},
+    }
     c = model_config_from_hf(v5)
     assert c.rope_theta == 777.0 and c.norm_eps == 1e-6 and c.n_kv_heads == 2 and not c.tie_embeddings
 

@@ -30,8 +30,9 @@ def test_a_freed_step_buffer_is_reused_instead_of_faulted_in_again():
     def run(mode: str, env_extra: dict | None = None) -> tuple[bool, int]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "SMALLINIT_MALLOC"))}
         env.update(env_extra or {})
-        out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True,
-                             env=env).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True, env=env
+        ).stdout.split()
         return out[0] == "True", int(out[1])
 
     # the heap settles within a step or two (a block freed below a small allocation is reused once the next one
@@ -39,13 +40,13 @@ def test_a_freed_step_buffer_is_reused_instead_of_faulted_in_again():
     applied, faults = run("on")
     assert applied and faults < 20_000
     applied, faults = run("off")
-    assert not applied and faults > 60_000    # glibc's default: a fresh mmap each time, every page faulted in again
+    assert not applied and faults > 60_000  # glibc's default: a fresh mmap each time, every page faulted in again
     applied, faults = run("on", {"SMALLINIT_MALLOC": "default"})
-    assert not applied and faults > 60_000    # the opt-out
+    assert not applied and faults > 60_000  # the opt-out
 
 
 def test_an_unknown_malloc_mode_is_one_clear_error(monkeypatch):
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
     from smallinit.train.host import keep_freed_memory
 
     monkeypatch.setenv("SMALLINIT_MALLOC", "off")
@@ -67,13 +68,14 @@ def test_denormals_flush_to_zero_on_every_thread_and_the_opt_out_keeps_them():
     def run(mode: str, env_extra: dict | None = None) -> list[str]:
         env = {k: v for k, v in os.environ.items() if k != "SMALLINIT_DENORMALS"}
         env.update(env_extra or {})
-        return subprocess.run([sys.executable, "-c", FLUSH_PROBE, mode], capture_output=True, text=True, check=True,
-                              env=env).stdout.split()
+        return subprocess.run(
+            [sys.executable, "-c", FLUSH_PROBE, mode], capture_output=True, text=True, check=True, env=env
+        ).stdout.split()
 
     on, everywhere, value = run("fresh")
     assert (on, everywhere, float(value)) == ("True", "True", 0.0)
     on, everywhere, value = run("fresh", {"SMALLINIT_DENORMALS": "keep"})
-    assert (on, everywhere) == ("False", "False") and 0 < float(value) < 1.2e-38   # IEEE subnormal kept
+    assert (on, everywhere) == ("False", "False") and 0 < float(value) < 1.2e-38  # IEEE subnormal kept
     # workers made before the call keep gradual underflow: reported, not claimed
     on, everywhere, value = run("pool-first")
     assert (on, everywhere, float(value)) == ("False", "False", 0.0)
@@ -91,22 +93,24 @@ seen = []
 class Spy:
     def on_step_end(self, trainer, step, record):
         seen.append(denormals_flushed())
-train(cfg, {str(tmp_path / 'run')!r}, callbacks=[Spy()])
+train(cfg, {str(tmp_path / "run")!r}, callbacks=[Spy()])
 print(all(seen) and len(seen) == 2)
 """
     from conftest import tiny_overrides
 
     data = tiny_cfg().data.path
-    out = subprocess.run([sys.executable, "-c", code, *tiny_overrides(data, **{"train.threads": 2,
-                                                                               "train.max_steps": 2})],
-                         capture_output=True, text=True, env={k: v for k, v in os.environ.items()
-                                                              if k != "SMALLINIT_DENORMALS"})
+    out = subprocess.run(
+        [sys.executable, "-c", code, *tiny_overrides(data, **{"train.threads": 2, "train.max_steps": 2})],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "SMALLINIT_DENORMALS"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "True"
 
 
 def test_an_unknown_denormal_mode_is_one_clear_error(monkeypatch):
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
     from smallinit.train.host import flush_denormals
 
     monkeypatch.setenv("SMALLINIT_DENORMALS", "off")

@@ -102,7 +102,7 @@ def test_the_checker_finds_a_cycle_and_resolves_relative_imports():
     assert cycles({"a": {"b"}, "b": set()}) == []
     graph = import_graph()
     assert "smallinit.experiments.claims.rules" in graph["smallinit.experiments.claims.loss_claims"]
-    assert "smallinit.rundir" in graph["smallinit.experiments.sweep"]
+    assert "smallinit.runs.rundir" in graph["smallinit.experiments.sweep"]
 
 
 def test_no_import_cycle_in_src():
@@ -111,22 +111,75 @@ def test_no_import_cycle_in_src():
 
 
 def test_the_library_never_imports_the_command_line():
-    bad = [m for m, deps in import_graph().items()
-           if "smallinit.cli" in deps and m not in CLI_ALLOWED and not m.startswith("smallinit.commands")]
+    bad = [
+        m
+        for m, deps in import_graph().items()
+        if "smallinit.cli" in deps and m not in CLI_ALLOWED and not m.startswith("smallinit.commands")
+    ]
     assert not bad, f"library modules importing smallinit.cli: {bad}"
 
 
-@pytest.mark.parametrize("limit,modules", [(450, ["reproduce"]), (300, ["report"])])
-def test_reproduce_and_report_stay_small(limit, modules):
-    for m in modules:
-        n = len((SRC / "smallinit" / "experiments" / f"{m}.py").read_text().splitlines())
-        assert n <= limit, f"experiments/{m}.py has {n} lines (limit {limit})"
-
-
-def test_no_module_of_the_experiments_package_over_500_lines():
-    big = {str(f.relative_to(SRC)): n for f in (SRC / "smallinit" / "experiments").rglob("*.py")
-           if (n := len(f.read_text().splitlines())) > 500}
+def test_no_module_in_src_over_500_lines():
+    big = {
+        str(f.relative_to(SRC)): n
+        for f in (SRC / "smallinit").rglob("*.py")
+        if (n := len(f.read_text().splitlines())) > 500
+    }
     assert not big, big
+
+
+# ---- layers: each package imports only from its own layer and the ones below it -----------------------------------
+
+LAYERS = (  # bottom first; a module belongs to the layer of the longest prefix that names it
+    ("smallinit.core",),  # errors, atomic IO, paths, devices, output folders, figures, stats
+    ("smallinit.init", "smallinit.model"),  # the γ-rule and the decoder
+    ("smallinit.data",),  # corpora, tokenizers, token files, the loader
+    ("smallinit.config",),  # the typed run config (model + data + optim + train + probe)
+    ("smallinit.runs",),  # a run directory: its files, checkpoints, heatmaps, doctor
+    ("smallinit.probes", "smallinit.eval"),  # measurements of a model or a run
+    ("smallinit.train",),  # the loop and what it needs
+    ("smallinit.analysis",),  # comparison, scaling fits, the crossing
+    ("smallinit.audit", "smallinit.interop"),  # audits of init rules; Hugging Face interop
+    ("smallinit.experiments",),  # jobs, sweeps, crossovers, claims, reproduce
+    ("smallinit.commands",),  # the command line's thin layer
+    ("smallinit.cli", "smallinit.__main__", "smallinit"),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest prefix (whole dotted parts) naming ``module``."""
+    best, depth = None, -1
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and p.count(".") > depth:
+                best, depth = i, p.count(".")
+    assert best is not None, f"{module} is in no layer: add it to LAYERS"
+    return best
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module from a higher layer than the importer's, as "importer -> imported"."""
+    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps if layer_of(d) > layer_of(m))
+
+
+def test_the_layer_check_finds_an_upward_import():
+    assert upward_imports({"smallinit.runs.rundir": {"smallinit.probes.training"}}) == [
+        "smallinit.runs.rundir -> smallinit.probes.training"
+    ]
+    assert upward_imports({"smallinit.probes.training": {"smallinit.runs.rundir"}}) == []
+    assert layer_of("smallinit.config") < layer_of("smallinit.runs.rundir") < layer_of("smallinit.train.loop")
+    assert layer_of("smallinit") == layer_of("smallinit.cli") > layer_of("smallinit.commands.train")
+
+
+def test_no_import_runs_up_a_layer():
+    """Imports inside functions count: they would only hide the upward edge."""
+    bad = upward_imports(import_graph())
+    assert not bad, "imports from a higher layer: " + "; ".join(bad)
+
+
+def test_at_most_eight_modules_loose_in_the_package_root():
+    loose = sorted(f.name for f in (SRC / "smallinit").glob("*.py"))
+    assert len(loose) <= 8, loose
 
 
 # ---- the claims package: a registry without import-time side effects, claims that never import each other ----
@@ -138,21 +191,29 @@ CLAIM_MODULE = re.compile(rf"^{re.escape(CLAIMS_PKG)}\.c\d+_\w+$")
 def test_importing_the_claims_machinery_imports_no_claim_module():
     """Importing the package, rules, context, plots or any other shared module of it (in a fresh interpreter) loads
     no ``cNN_*`` claim module; only calling ``registry()`` (or reading ``CLAIMS``) does."""
-    shared = sorted(m for m in module_files() if (m == CLAIMS_PKG or m.startswith(CLAIMS_PKG + "."))
-                    and not CLAIM_MODULE.match(m))
+    shared = sorted(
+        m for m in module_files() if (m == CLAIMS_PKG or m.startswith(CLAIMS_PKG + ".")) and not CLAIM_MODULE.match(m)
+    )
     assert f"{CLAIMS_PKG}.rules" in shared and f"{CLAIMS_PKG}.context" in shared
-    code = (f"import importlib, json, re, sys\n"
-            f"pat = re.compile({CLAIM_MODULE.pattern!r})\n"
-            f"loaded = lambda: sorted(m for m in sys.modules if pat.match(m))\n"
-            f"importlib.import_module({CLAIMS_PKG + '.rules'!r})\n"
-            f"after_rules = loaded()\n"
-            f"for m in {shared!r}: importlib.import_module(m)\n"
-            f"after_all = loaded()\n"
-            f"from {CLAIMS_PKG} import registry\n"
-            f"n = len(registry())\n"
-            f"print(json.dumps([after_rules, after_all, n, len(loaded())]))\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(SRC)})
+    code = (
+        f"import importlib, json, re, sys\n"
+        f"pat = re.compile({CLAIM_MODULE.pattern!r})\n"
+        f"loaded = lambda: sorted(m for m in sys.modules if pat.match(m))\n"
+        f"importlib.import_module({CLAIMS_PKG + '.rules'!r})\n"
+        f"after_rules = loaded()\n"
+        f"for m in {shared!r}: importlib.import_module(m)\n"
+        f"after_all = loaded()\n"
+        f"from {CLAIMS_PKG} import registry\n"
+        f"n = len(registry())\n"
+        f"print(json.dumps([after_rules, after_all, n, len(loaded())]))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
     assert res.returncode == 0, res.stderr
     after_rules, after_all, n, loaded = json.loads(res.stdout.strip().splitlines()[-1])
     assert after_rules == [], f"importing {CLAIMS_PKG}.rules imported claim modules: {after_rules}"
@@ -166,6 +227,9 @@ def test_claim_modules_never_import_each_other():
     graph = import_graph()
     claims = {m for m in graph if CLAIM_MODULE.match(m)}
     assert len(claims) >= 11
-    sideways = {m: sorted(graph[m] & claims) for m in sorted(graph)
-                if (m == CLAIMS_PKG or m.startswith(CLAIMS_PKG + ".")) and graph[m] & claims}
+    sideways = {
+        m: sorted(graph[m] & claims)
+        for m in sorted(graph)
+        if (m == CLAIMS_PKG or m.startswith(CLAIMS_PKG + ".")) and graph[m] & claims
+    }
     assert not sideways, f"imports of claim modules: {sideways}"

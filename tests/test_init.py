@@ -18,12 +18,12 @@ def test_small_model_std_within_5pct(gamma):
     drawn = [r for r in rep.rows if r.target_std is not None]
     assert len(drawn) == 2 + 4 * 6 - 1  # emb (tied head), per block qkvg/o/gate_up/down
     for r in drawn:
-        assert r.target_std == pytest.approx(r.fan_in ** -gamma)
+        assert r.target_std == pytest.approx(r.fan_in**-gamma)
         assert abs(r.measured_std - r.target_std) / r.target_std < 0.05, r
     # and the tensors themselves, independently of the report
     w = model.blocks[2].mlp.w_down.weight
-    assert w.std().item() == pytest.approx(1024 ** -gamma, rel=0.05)
-    assert abs(w.mean().item()) < 3 * 1024 ** -gamma / math.sqrt(w.numel())
+    assert w.std().item() == pytest.approx(1024**-gamma, rel=0.05)
+    assert abs(w.mean().item()) < 3 * 1024**-gamma / math.sqrt(w.numel())
     for b in model.blocks:
         assert torch.all(b.attn_norm.weight == 1) and torch.all(b.mlp_norm.weight == 1)
 
@@ -31,8 +31,15 @@ def test_small_model_std_within_5pct(gamma):
 @pytest.mark.parametrize("gamma", [0.5, 1.0, 1.5])
 def test_hf_llama_std_within_5pct(gamma):
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=352,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     model = transformers.LlamaForCausalLM(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every HF parameter must be covered by a rule
@@ -46,7 +53,7 @@ def test_hf_llama_std_within_5pct(gamma):
         if r.target_std is None:
             assert torch.all(p == 1) or torch.all(p == 0)
         else:
-            assert abs(p.std().item() - r.fan_in ** -gamma) / r.fan_in ** -gamma < 0.05, name
+            assert abs(p.std().item() - r.fan_in**-gamma) / r.fan_in**-gamma < 0.05, name
 
 
 def test_sequential_and_biases():
@@ -71,12 +78,12 @@ def test_overrides_change_exactly_the_matched_parameters():
     ref = gamma_init(Transformer(cfg), 1.0, generator=gen)
     for r, r0 in zip(rep.rows, ref.rows):
         if r.name == "tok_emb.weight":
-            assert r.target_std == pytest.approx(128 ** -0.5) and r.rule == "gamma=0.5"
+            assert r.target_std == pytest.approx(128**-0.5) and r.rule == "gamma=0.5"
         elif r.name == "lm_head.weight":
             assert r.target_std == 0.02 and r.measured_std == pytest.approx(0.02, rel=0.05)
         else:
             assert r.target_std == r0.target_std and r.rule == r0.rule
-    assert model.tok_emb.weight.std().item() == pytest.approx(128 ** -0.5, rel=0.05)
+    assert model.tok_emb.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
     assert not torch.equal(before["tok_emb.weight"], model.tok_emb.weight)
 
 
@@ -111,9 +118,9 @@ def test_unknown_parameter_types_warn_by_name():
 def test_depth_scale_option_divides_output_projections():
     torch.manual_seed(0)
     m = Transformer(ModelConfig.from_preset("small", init_depth_scale=True))
-    assert m.blocks[0].attn.w_o.weight.std().item() == pytest.approx(384 ** -1 / math.sqrt(12), rel=0.05)
-    assert m.blocks[0].mlp.w_down.weight.std().item() == pytest.approx(1024 ** -1 / math.sqrt(12), rel=0.05)
-    assert m.blocks[0].attn.w_qkvg.weight.std().item() == pytest.approx(384 ** -1, rel=0.05)
+    assert m.blocks[0].attn.w_o.weight.std().item() == pytest.approx(384**-1 / math.sqrt(12), rel=0.05)
+    assert m.blocks[0].mlp.w_down.weight.std().item() == pytest.approx(1024**-1 / math.sqrt(12), rel=0.05)
+    assert m.blocks[0].attn.w_qkvg.weight.std().item() == pytest.approx(384**-1, rel=0.05)
 
 
 @pytest.mark.parametrize("gamma", [0.5, 1.0, 1.5])

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from smallinit.commands.evaluate import write_json_atomic
-from smallinit.io import atomic_write_json, atomic_write_text, umask
+from smallinit.core.io import atomic_write_json, atomic_write_text, umask
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o077])

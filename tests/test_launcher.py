@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import tiny_overrides
+
 from smallinit.cli import main as cli
 
 ARMS = {"base": ["model.gamma=0.5"], "small": ["model.gamma=1.0"]}
@@ -30,8 +30,15 @@ def _overrides(token_dir: Path) -> list[str]:
 def _spec(token_dir: Path):
     from smallinit.experiments.crossover import CrossoverSpec
 
-    return CrossoverSpec(arms=dict(ARMS), baseline="base", tokens=TOKENS, base="tiny", overrides=_overrides(token_dir),
-                         seeds=[0], fractions=[0.25, 0.5, 1.0])
+    return CrossoverSpec(
+        arms=dict(ARMS),
+        baseline="base",
+        tokens=TOKENS,
+        base="tiny",
+        overrides=_overrides(token_dir),
+        seeds=[0],
+        fractions=[0.25, 0.5, 1.0],
+    )
 
 
 def _local_launcher(out: Path, log=None):
@@ -55,8 +62,8 @@ def both(token_dir, tmp_path_factory):
 
 @pytest.mark.slow  # 8 real processes, each importing torch (≈ 6 s of CPU apiece)
 def test_a_crossover_through_submitit_gives_the_local_runners_numbers_and_a_rerun_skips_it(both, token_dir):
-    from smallinit.experiments.crossover import run_crossover
     from smallinit.experiments.cluster_status import read_jobs
+    from smallinit.experiments.crossover import run_crossover
 
     here, there, out, logs = both
     assert all(math.isfinite(v) for arm in here["losses"].values() for row in arm.values() for v in row)
@@ -64,8 +71,9 @@ def test_a_crossover_through_submitit_gives_the_local_runners_numbers_and_a_reru
     assert there["analyses"] == here["analyses"]
     assert json.loads((out / "crossover.json").read_text())["losses"] == here["losses"]
     jobs = read_jobs(out)
-    assert sorted(j["run"] for j in jobs) == sorted(f"runs/{a}/seed0/{r}" for a in ARMS
-                                                   for r in ("trunk", "D1280", "D2560", "D5120"))
+    assert sorted(j["run"] for j in jobs) == sorted(
+        f"runs/{a}/seed0/{r}" for a in ARMS for r in ("trunk", "D1280", "D2560", "D5120")
+    )
     assert len({j["job_id"] for j in jobs}) == 8 and {j["what"] for j in jobs} == {"trunk", "branch"}
     for j in jobs:  # no dependencies in a LocalExecutor: a branch is submitted once its trunk has finished
         if j["what"] == "branch":
@@ -90,10 +98,9 @@ def test_status_shows_each_job_of_a_finished_local_executor_run(both, capsys):
 
 @pytest.mark.slow  # 2 real processes
 def test_a_killed_job_is_resubmitted_by_the_same_command_and_resumes(token_dir, tmp_path):
-    from smallinit.checkpoint import list_checkpoints
-    from smallinit.experiments.cluster_status import job_states
-    from smallinit.experiments.cluster_status import read_jobs
+    from smallinit.experiments.cluster_status import job_states, read_jobs
     from smallinit.experiments.sweep import parse_sweep, run_sweep
+    from smallinit.runs.checkpoint import list_checkpoints
 
     over = tiny_overrides(token_dir, **{"train.max_steps": 60, "train.ckpt_every": 5, "train.eval_every": 1000})
     spec = parse_sweep({"base": "tiny", "overrides": over, "runs": [{"name": "one", "model.gamma": 1.0}]})
@@ -129,7 +136,7 @@ def test_a_killed_job_is_resubmitted_by_the_same_command_and_resumes(token_dir, 
 def test_one_call_as_a_job_returns_its_value_or_one_error_naming_its_output(tmp_path):
     """Reproduce's analysis runs as one job (Launcher.call): its return value comes back; what it raised is a
     RunDirError naming the job's output; status shows both."""
-    from smallinit.errors import RunDirError
+    from smallinit.core.errors import RunDirError
     from smallinit.experiments.cluster_status import job_states
 
     out = tmp_path / "x"
@@ -149,11 +156,13 @@ def _fake_slurm(tmp: Path) -> tuple[Path, Path]:
     rec.mkdir()
     scripts = {
         "sbatch": f'#!/bin/sh\nn=$(cat "{rec}/next" 2>/dev/null || echo 1000)\necho $((n + 1)) > "{rec}/next"\n'
-                  f'cp "$1" "{rec}/$n.sh"\necho "Submitted batch job $n"\n',
+        f'cp "$1" "{rec}/$n.sh"\necho "Submitted batch job $n"\n',
         "sacct": f'#!/bin/sh\ns=$(cat "{rec}/state" 2>/dev/null || echo TIMEOUT)\necho "JobID|State|NodeList"\n'
-                 'while [ $# -gt 0 ]; do\n  if [ "$1" = "-j" ]; then\n'
-                 '    echo "$2_[0-99]|$s|n1"; echo "$2|$s|n1"; shift\n  fi\n  shift\ndone\n',
-        "srun": "#!/bin/sh\nexit 0\n", "scancel": "#!/bin/sh\nexit 0\n"}
+        'while [ $# -gt 0 ]; do\n  if [ "$1" = "-j" ]; then\n'
+        '    echo "$2_[0-99]|$s|n1"; echo "$2|$s|n1"; shift\n  fi\n  shift\ndone\n',
+        "srun": "#!/bin/sh\nexit 0\n",
+        "scancel": "#!/bin/sh\nexit 0\n",
+    }
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
@@ -168,10 +177,37 @@ def test_the_sbatch_scripts_of_a_crossover_without_a_cluster(token_dir, tmp_path
     bin_dir, rec = _fake_slurm(tmp_path)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     out = tmp_path / "x"
-    argv = ["crossover", *(f"{a}:{','.join(o)}" for a, o in ARMS.items()), "--config", "tiny", "--tokens", str(TOKENS),
-            "--budgets", "1/4,1/2,1", "--out", str(out), *(x for o in _overrides(token_dir) for x in ("--set", o)),
-            "--launcher", "slurm", "--partition", "gpu", "--time", "90", "--cpus-per-job", "4", "--gpus-per-job", "1",
-            "--account", "proj", "--qos", "high", "--sbatch", "constraint=h100", "--sbatch", "exclusive"]
+    argv = [
+        "crossover",
+        *(f"{a}:{','.join(o)}" for a, o in ARMS.items()),
+        "--config",
+        "tiny",
+        "--tokens",
+        str(TOKENS),
+        "--budgets",
+        "1/4,1/2,1",
+        "--out",
+        str(out),
+        *(x for o in _overrides(token_dir) for x in ("--set", o)),
+        "--launcher",
+        "slurm",
+        "--partition",
+        "gpu",
+        "--time",
+        "90",
+        "--cpus-per-job",
+        "4",
+        "--gpus-per-job",
+        "1",
+        "--account",
+        "proj",
+        "--qos",
+        "high",
+        "--sbatch",
+        "constraint=h100",
+        "--sbatch",
+        "exclusive",
+    ]
     capsys.readouterr()
     assert cli(argv) == 2
     err = capsys.readouterr().err
@@ -179,9 +215,18 @@ def test_the_sbatch_scripts_of_a_crossover_without_a_cluster(token_dir, tmp_path
     assert "stopped before their end" in err and "rerun the same command" in err
     trunks, *branches = [(rec / f"{n}.sh").read_text() for n in (1000, 1001, 1002)]
     assert not (rec / "1003.sh").exists()
-    shared = ["#SBATCH --partition=gpu", "#SBATCH --time=90", "#SBATCH --cpus-per-task=4", "#SBATCH --gpus-per-node=1",
-              "#SBATCH --account=proj", "#SBATCH --qos=high", "#SBATCH --constraint=h100", "#SBATCH --exclusive",
-              "#SBATCH --signal=TERM@300", "export OMP_NUM_THREADS=4"]
+    shared = [
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=90",
+        "#SBATCH --cpus-per-task=4",
+        "#SBATCH --gpus-per-node=1",
+        "#SBATCH --account=proj",
+        "#SBATCH --qos=high",
+        "#SBATCH --constraint=h100",
+        "#SBATCH --exclusive",
+        "#SBATCH --signal=TERM@300",
+        "export OMP_NUM_THREADS=4",
+    ]
     for script in (trunks, *branches):
         lines = script.splitlines()
         assert all(s in lines for s in shared), script
@@ -201,8 +246,8 @@ def test_the_sbatch_scripts_of_a_crossover_without_a_cluster(token_dir, tmp_path
 def test_a_run_stopped_by_its_time_limit_is_submitted_again_only_when_it_moved_on(tmp_path, monkeypatch):
     """A job that ended before its run did goes again at once (SLURM) when its run checkpointed past where the job
     started and nobody cancelled it; a killed job with no progress, or a cancelled one, waits for a rerun."""
-    from smallinit.checkpoint import CKPT_SUBDIR, MANIFEST, ckpt_dir_name
     from smallinit.experiments.launcher import ClusterOptions, Launcher, Submitted
+    from smallinit.runs.checkpoint import CKPT_SUBDIR, MANIFEST, ckpt_dir_name
 
     bin_dir, rec = _fake_slurm(tmp_path)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
@@ -222,19 +267,22 @@ def test_a_run_stopped_by_its_time_limit_is_submitted_again_only_when_it_moved_o
     assert not local.again(Submitted({"job_id": "1", "executor": "local"}, None, start_step=5), run, lambda s: None)
 
 
-@pytest.mark.parametrize("extra,problem", [
-    (["--launcher", "slurm"], "sbatch and srun not found on PATH"),
-    (["--launcher", "slurm", "NO-SUBMITIT"], "needs the submitit package"),
-    (["--launcher", "slurm", "FAKE", "--time", "0"], "--time must be a whole number (minutes) >= 1"),
-    (["--launcher", "slurm", "FAKE", "--gpus-per-job", "-1"], "--gpus-per-job must be"),
-    (["--launcher", "slurm", "FAKE", "--sbatch", "partition=gpu"], "--sbatch partition: use --partition"),
-    (["--launcher", "slurm", "FAKE", "--sbatch", "array=0-3"], "the launcher sets it"),
-    (["--launcher", "slurm", "FAKE", "--sbatch", "mem="], "no value after '='"),
-    (["--launcher", "slurm", "FAKE", "--partition", "gpu a"], "is not a SLURM name"),
-    (["--partition", "gpu"], "--partition is an option of cluster jobs: add --launcher slurm"),
-    (["--launcher", "pbs"], "invalid choice: 'pbs'"),
-    (["--launcher", "slurm", "--time", "1h"], "argument --time: invalid int value"),
-])
+@pytest.mark.parametrize(
+    "extra,problem",
+    [
+        (["--launcher", "slurm"], "sbatch and srun not found on PATH"),
+        (["--launcher", "slurm", "NO-SUBMITIT"], "needs the submitit package"),
+        (["--launcher", "slurm", "FAKE", "--time", "0"], "--time must be a whole number (minutes) >= 1"),
+        (["--launcher", "slurm", "FAKE", "--gpus-per-job", "-1"], "--gpus-per-job must be"),
+        (["--launcher", "slurm", "FAKE", "--sbatch", "partition=gpu"], "--sbatch partition: use --partition"),
+        (["--launcher", "slurm", "FAKE", "--sbatch", "array=0-3"], "the launcher sets it"),
+        (["--launcher", "slurm", "FAKE", "--sbatch", "mem="], "no value after '='"),
+        (["--launcher", "slurm", "FAKE", "--partition", "gpu a"], "is not a SLURM name"),
+        (["--partition", "gpu"], "--partition is an option of cluster jobs: add --launcher slurm"),
+        (["--launcher", "pbs"], "invalid choice: 'pbs'"),
+        (["--launcher", "slurm", "--time", "1h"], "argument --time: invalid int value"),
+    ],
+)
 def test_cluster_option_errors_are_one_line_before_any_work(extra, problem, tmp_path, monkeypatch, capsys):
     """For crossover, reproduce and sweep alike: one error line naming the problem, exit status 2, no folder made."""
     if "FAKE" in extra or "NO-SUBMITIT" in extra:
@@ -247,8 +295,11 @@ def test_cluster_option_errors_are_one_line_before_any_work(extra, problem, tmp_
     extra = [x for x in extra if x not in ("FAKE", "NO-SUBMITIT")]
     sweep = tmp_path / "s.yaml"
     sweep.write_text("base: tiny\ngrid:\n  model.gamma: [0.5, 1.0]\n")
-    for verb in (["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens", "1M"],
-                 ["reproduce", "--preset", "demo"], ["sweep", str(sweep)]):
+    for verb in (
+        ["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens", "1M"],
+        ["reproduce", "--preset", "demo"],
+        ["sweep", str(sweep)],
+    ):
         capsys.readouterr()
         try:
             rc = cli([*verb, "--out", str(tmp_path / "out"), *extra])

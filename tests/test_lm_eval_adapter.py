@@ -15,14 +15,16 @@ import torch
 
 lm_eval = pytest.importorskip("lm_eval")
 
-from smallinit.checkpoint import load_checkpoint, load_run_tokenizer, save_checkpoint  # noqa: E402
 from smallinit.commands.evaluate import evaluate  # noqa: E402
+from smallinit.config import RunConfig  # noqa: E402
 from smallinit.data.tokenizer import byte_tokenizer  # noqa: E402
 from smallinit.model import ModelConfig, Transformer  # noqa: E402
-from smallinit.train.config import RunConfig  # noqa: E402
+from smallinit.runs.checkpoint import load_checkpoint, load_run_tokenizer, save_checkpoint  # noqa: E402
 
-WORDS = ("apple river stone cloud garden silver window ocean pencil forest candle mirror tiger lemon "
-         "bridge castle violin planet copper meadow").split()
+WORDS = (
+    "apple river stone cloud garden silver window ocean pencil forest candle mirror tiger lemon "
+    "bridge castle violin planet copper meadow"
+).split()
 N_ITEMS = 20
 
 
@@ -31,8 +33,9 @@ def setup(tmp_path_factory) -> dict[str, Path]:
     """A tiny run (γ = 0.5 so choices get clearly different scores), a 20-item JSONL file, the same task as an
     lm-eval YAML (dataset_path: json) and as a smallinit YAML task."""
     root = tmp_path_factory.mktemp("lmeval")
-    cfg = ModelConfig.from_preset("tiny", vocab_size=257, d_model=32, n_layers=2, n_heads=2, d_ff=64,
-                                  max_seq_len=128, gamma=0.5)
+    cfg = ModelConfig.from_preset(
+        "tiny", vocab_size=257, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=128, gamma=0.5
+    )
     torch.manual_seed(0)
     model = Transformer(cfg)
     run = root / "run"
@@ -42,8 +45,16 @@ def setup(tmp_path_factory) -> dict[str, Path]:
     items = root / "items.jsonl"
     with open(items, "w") as f:
         for i in range(N_ITEMS):
-            f.write(json.dumps({"question": f"Which word is number {i}?", "choices": rng.sample(WORDS, 4),
-                                "label": rng.randrange(4)}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "question": f"Which word is number {i}?",
+                        "choices": rng.sample(WORDS, 4),
+                        "label": rng.randrange(4),
+                    }
+                )
+                + "\n"
+            )
     tasks = root / "tasks"
     tasks.mkdir()
     (tasks / "tiny_mc.yaml").write_text(
@@ -55,29 +66,45 @@ def setup(tmp_path_factory) -> dict[str, Path]:
         'doc_to_text: "Question: {{question}}\\nAnswer:"\n'
         "doc_to_choice: choices\n"
         "doc_to_target: label\n"
-        "metric_list:\n  - metric: acc\n  - metric: acc_norm\n")
+        "metric_list:\n  - metric: acc\n  - metric: acc_norm\n"
+    )
     ours = root / "tiny_mc.yaml"
-    ours.write_text(f'name: tiny_mc\nfile: {items}\nquestion: "Question: {{question}}\\nAnswer:"\n'
-                    "choices: choices\nlabel: label\n")
+    ours.write_text(
+        f'name: tiny_mc\nfile: {items}\nquestion: "Question: {{question}}\\nAnswer:"\nchoices: choices\nlabel: label\n'
+    )
     return {"root": root, "run": run, "tasks": tasks, "ours": ours}
 
 
 @pytest.fixture(scope="module")
 def ours(setup) -> dict:
     """`smallinit eval`'s scoring of the task (the function behind the CLI verb)."""
-    res = evaluate(load_checkpoint(setup["run"]), load_run_tokenizer(setup["run"]), [str(setup["ours"])],
-                   data_dir=setup["root"], batch_size=4, progress=False)
+    res = evaluate(
+        load_checkpoint(setup["run"]),
+        load_run_tokenizer(setup["run"]),
+        [str(setup["ours"])],
+        data_dir=setup["root"],
+        batch_size=4,
+        progress=False,
+    )
     return res["tasks"]["tiny_mc"]
 
 
 def test_harness_agrees_with_smallinit_eval(setup, ours):
-    import smallinit.eval.lm_eval_adapter  # noqa: F401  (registers "smallinit")
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
+    import smallinit.eval.lm_eval_adapter  # noqa: F401  (registers "smallinit")
+
     tm = TaskManager(include_path=str(setup["tasks"]), include_defaults=False)
-    res = simple_evaluate(model="smallinit", model_args=f"path={setup['run']}", tasks=["tiny_mc"], task_manager=tm,
-                          device="cpu", batch_size=3, log_samples=True)
+    res = simple_evaluate(
+        model="smallinit",
+        model_args=f"path={setup['run']}",
+        tasks=["tiny_mc"],
+        task_manager=tm,
+        device="cpu",
+        batch_size=3,
+        log_samples=True,
+    )
     samples = sorted(res["samples"]["tiny_mc"], key=lambda s: s["doc_id"])
     assert len(samples) == N_ITEMS == ours["metrics"]["n"]
     preds = []
@@ -97,7 +124,9 @@ def test_adapter_rolling_and_generation_use_the_scorer(setup):
     from smallinit.eval import LMScorer
     from smallinit.eval.lm_eval_adapter import SmallinitLM
 
-    lm = SmallinitLM.create_from_arg_string(f"path={setup['run']},max_gen_toks=5", {"batch_size": "auto", "device": None})
+    lm = SmallinitLM.create_from_arg_string(
+        f"path={setup['run']},max_gen_toks=5", {"batch_size": "auto", "device": None}
+    )
     assert lm.scorer.batch_size == 16 and lm.scorer.max_gen_toks == 5
     scorer = LMScorer(load_checkpoint(setup["run"]), load_run_tokenizer(setup["run"]), batch_size=2)
     texts = ["the quick brown fox", "x" * 300]  # the second spans several 128-token windows
@@ -105,7 +134,9 @@ def test_adapter_rolling_and_generation_use_the_scorer(setup):
     got = lm.loglikelihood_rolling(reqs, disable_tqdm=True)
     assert got == pytest.approx(scorer.loglikelihood_rolling(texts), abs=1e-4)
     assert all(isinstance(x, float) and x < 0 for x in got)
-    gens = [Instance("generate_until", {}, ("Question: 2+2=", {"until": ["\n"], "max_gen_toks": 7, "temperature": 0}), 0)]
+    gens = [
+        Instance("generate_until", {}, ("Question: 2+2=", {"until": ["\n"], "max_gen_toks": 7, "temperature": 0}), 0)
+    ]
     out = lm.generate_until(gens, disable_tqdm=True)
     assert out == scorer.generate_until([("Question: 2+2=", {"until": ["\n"], "max_gen_toks": 7})])
     assert 0 < len(out[0]) <= 7 and "\n" not in out[0]  # one byte token decodes to at most one character
@@ -129,11 +160,29 @@ def test_adapter_argument_errors(setup):
 def test_cli_command_line_works_offline(setup, ours):
     """The documented command line, in a fresh process with the network switched off for HF libraries."""
     out = setup["root"] / "cli_out"
-    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
-               TOKENIZERS_PARALLELISM="false")
-    cmd = [sys.executable, "-m", "smallinit.eval.lm_eval_adapter", "--model", "smallinit",
-           "--model_args", f"path={setup['run']}", "--tasks", "tiny_mc", "--include_path", str(setup["tasks"]),
-           "--device", "cpu", "--batch_size", "8", "--output_path", str(out), "--local_tasks_only"]
+    env = dict(
+        os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false"
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "smallinit.eval.lm_eval_adapter",
+        "--model",
+        "smallinit",
+        "--model_args",
+        f"path={setup['run']}",
+        "--tasks",
+        "tiny_mc",
+        "--include_path",
+        str(setup["tasks"]),
+        "--device",
+        "cpu",
+        "--batch_size",
+        "8",
+        "--output_path",
+        str(out),
+        "--local_tasks_only",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "tiny_mc" in r.stdout and "acc" in r.stdout
@@ -151,7 +200,7 @@ def test_lm_eval_hf_model_on_the_gated_export_agrees_with_smallinit_eval(setup, 
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    from smallinit.hf import export_hf
+    from smallinit.interop.hf import export_hf
 
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.setenv(var, "1")
@@ -160,9 +209,16 @@ def test_lm_eval_hf_model_on_the_gated_export_agrees_with_smallinit_eval(setup, 
     assert load_checkpoint(setup["run"]).config.gate == "elementwise"
     hf = export_hf(setup["run"], setup["root"] / "hf_gated", force=True)
     tm = TaskManager(include_path=str(setup["tasks"]), include_defaults=False)
-    res = simple_evaluate(model="hf", model_args=f"pretrained={hf},trust_remote_code=True,dtype=float32",
-                          tasks=["tiny_mc"], task_manager=tm, device="cpu", batch_size=4, log_samples=True,
-                          bootstrap_iters=0)
+    res = simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={hf},trust_remote_code=True,dtype=float32",
+        tasks=["tiny_mc"],
+        task_manager=tm,
+        device="cpu",
+        batch_size=4,
+        log_samples=True,
+        bootstrap_iters=0,
+    )
     torch.set_num_threads(1)  # lm-eval may have changed it
     samples = sorted(res["samples"]["tiny_mc"], key=lambda s: s["doc_id"])
     assert len(samples) == N_ITEMS == ours["metrics"]["n"]

@@ -1,6 +1,5 @@
 """The decoder: norms, gate, causality, GQA, RoPE, presets, validation, config round trip."""
 
-
 import pytest
 import torch
 
@@ -48,7 +47,9 @@ def test_rmsnorm_runs_in_float32_under_bf16_autocast():
 def test_layernorm_float32_reference():
     ln = LayerNorm(64, 1e-12)
     h = torch.randn(3, 64) * 1e-4
-    ref = (h.double() - h.double().mean(-1, keepdim=True)) / torch.sqrt(h.double().var(-1, unbiased=False, keepdim=True) + 1e-12)
+    ref = (h.double() - h.double().mean(-1, keepdim=True)) / torch.sqrt(
+        h.double().var(-1, unbiased=False, keepdim=True) + 1e-12
+    )
     assert torch.allclose(ln(h).double(), ref, rtol=1e-5, atol=1e-6)
 
 
@@ -138,12 +139,22 @@ def test_paper_presets_parameter_counts(name, target):
     assert n == L * per_block + V * d * (1 if cfg.tie_embeddings else 2) + d
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("n_heads", 5, "n_heads"), ("n_kv_heads", 4, "n_kv_heads"), ("d_model", 0, "d_model"),
-    ("n_layers", -1, "n_layers"), ("gate", "sigmoid", "gate"), ("norm_eps", -1e-5, "norm_eps"),
-    ("norm", "batchnorm", "norm"), ("vocab_size", 0, "vocab_size"), ("gamma", 0.0, "gamma"),
-    ("max_seq_len", 0, "max_seq_len"), ("d_ff", 0, "d_ff"),
-])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("n_heads", 5, "n_heads"),
+        ("n_kv_heads", 4, "n_kv_heads"),
+        ("d_model", 0, "d_model"),
+        ("n_layers", -1, "n_layers"),
+        ("gate", "sigmoid", "gate"),
+        ("norm_eps", -1e-5, "norm_eps"),
+        ("norm", "batchnorm", "norm"),
+        ("vocab_size", 0, "vocab_size"),
+        ("gamma", 0.0, "gamma"),
+        ("max_seq_len", 0, "max_seq_len"),
+        ("d_ff", 0, "d_ff"),
+    ],
+)
 def test_bad_configs_name_the_field(field, value, match):
     kw = {field: value}
     if field == "n_kv_heads":

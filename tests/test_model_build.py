@@ -8,17 +8,43 @@ from smallinit.model.attention import RotaryEmbedding
 from smallinit.model.config import PRESETS
 
 CONFIGS = {
-    "dense-tied-elementwise": dict(vocab_size=97, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_seq_len=16,
-                                   tie_embeddings=True, gate="elementwise"),
+    "dense-tied-elementwise": dict(
+        vocab_size=97,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=48,
+        max_seq_len=16,
+        tie_embeddings=True,
+        gate="elementwise",
+    ),
     "dense-untied-none": dict(vocab_size=97, d_model=32, n_layers=3, n_heads=4, max_seq_len=16, gate="none"),
-    "dense-headwise-gqa": dict(vocab_size=50, d_model=48, n_layers=2, n_heads=6, n_kv_heads=2, d_ff=64,
-                               max_seq_len=8, gate="headwise"),
-    "layernorm-untied": dict(vocab_size=40, d_model=32, n_layers=2, n_heads=2, d_ff=40, max_seq_len=8,
-                             norm="layernorm", gate="elementwise"),
-    "moe-every2-shared": dict(vocab_size=64, d_model=32, n_layers=4, n_heads=4, d_ff=48, max_seq_len=8,
-                              moe=dict(n_experts=4, top_k=2, n_shared_experts=1, d_expert=16, every=2)),
-    "moe-tied-default-width": dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_seq_len=8,
-                                   tie_embeddings=True, gate="headwise", moe=dict(n_experts=3, top_k=1)),
+    "dense-headwise-gqa": dict(
+        vocab_size=50, d_model=48, n_layers=2, n_heads=6, n_kv_heads=2, d_ff=64, max_seq_len=8, gate="headwise"
+    ),
+    "layernorm-untied": dict(
+        vocab_size=40, d_model=32, n_layers=2, n_heads=2, d_ff=40, max_seq_len=8, norm="layernorm", gate="elementwise"
+    ),
+    "moe-every2-shared": dict(
+        vocab_size=64,
+        d_model=32,
+        n_layers=4,
+        n_heads=4,
+        d_ff=48,
+        max_seq_len=8,
+        moe=dict(n_experts=4, top_k=2, n_shared_experts=1, d_expert=16, every=2),
+    ),
+    "moe-tied-default-width": dict(
+        vocab_size=64,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=48,
+        max_seq_len=8,
+        tie_embeddings=True,
+        gate="headwise",
+        moe=dict(n_experts=3, top_k=1),
+    ),
 }
 
 
@@ -57,8 +83,9 @@ def test_config_counts_see_the_changes_that_matter():
 @pytest.mark.parametrize("name", ["dense-tied-elementwise", "moe-every2-shared", "layernorm-untied"])
 @pytest.mark.parametrize("depth_scale", [False, True])
 def test_init_false_then_reset_equals_init_true(name, depth_scale):
-    cfg = ModelConfig.from_dict({**CONFIGS[name], "gamma": 0.75, "init_depth_scale": depth_scale,
-                                 "init_overrides": {"tok_emb.*": 0.5}})
+    cfg = ModelConfig.from_dict(
+        {**CONFIGS[name], "gamma": 0.75, "init_depth_scale": depth_scale, "init_overrides": {"tok_emb.*": 0.5}}
+    )
     torch.manual_seed(3)
     a = Transformer(cfg)
     torch.manual_seed(3)
@@ -87,7 +114,7 @@ def test_meta_build_then_reset_on_a_device():
     assert torch.equal(m.rope.cos, ref.cos) and torch.equal(m.rope.sin, ref.sin)
     # the γ-rule was applied: the std of a big matrix is close to d^-γ
     w = m.blocks[0].mlp.w_down.weight
-    assert abs(w.std().item() / cfg.d_ff ** -cfg.gamma - 1) < 0.1
+    assert abs(w.std().item() / cfg.d_ff**-cfg.gamma - 1) < 0.1
     x = torch.randint(0, cfg.vocab_size, (2, 8))
     assert torch.isfinite(m(x)).all()
 

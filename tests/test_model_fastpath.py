@@ -65,13 +65,30 @@ def ref_loss(model, idx, targets):
 
 
 CONFIGS = {
-    "elementwise-tied": dict(vocab_size=211, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=24,
-                             gate="elementwise", tie_embeddings=True),
+    "elementwise-tied": dict(
+        vocab_size=211,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=64,
+        max_seq_len=24,
+        gate="elementwise",
+        tie_embeddings=True,
+    ),
     "none-untied": dict(vocab_size=150, d_model=48, n_layers=2, n_heads=3, d_ff=96, max_seq_len=24, gate="none"),
-    "headwise-gqa": dict(vocab_size=99, d_model=64, n_layers=2, n_heads=8, n_kv_heads=2, d_ff=96, max_seq_len=24,
-                         gate="headwise"),
-    "moe": dict(vocab_size=120, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=24, gate="elementwise",
-                moe=dict(n_experts=4, top_k=2, d_expert=32)),
+    "headwise-gqa": dict(
+        vocab_size=99, d_model=64, n_layers=2, n_heads=8, n_kv_heads=2, d_ff=96, max_seq_len=24, gate="headwise"
+    ),
+    "moe": dict(
+        vocab_size=120,
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        d_ff=64,
+        max_seq_len=24,
+        gate="elementwise",
+        moe=dict(n_experts=4, top_k=2, d_expert=32),
+    ),
 }
 
 
@@ -88,8 +105,10 @@ def test_apply_rope_matches_rotate_half_reference_and_its_gradient():
     assert torch.allclose(ga, gb, atol=1e-12)
     # a rotation keeps the norm of every pair (x_i, x_{i+hd/2})
     assert torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-12)
-    assert torch.autograd.gradcheck(lambda t: apply_rope(t, cos.double()[:4], sin.double()[:4]),
-                                    (torch.randn(4, 16, dtype=torch.float64, requires_grad=True),))
+    assert torch.autograd.gradcheck(
+        lambda t: apply_rope(t, cos.double()[:4], sin.double()[:4]),
+        (torch.randn(4, 16, dtype=torch.float64, requires_grad=True),),
+    )
 
 
 @pytest.mark.parametrize("heads,kv_heads,gate_dim", [(4, 4, 0), (4, 2, 4), (2, 1, 16)])
@@ -112,7 +131,7 @@ def _check_split_rope(heads, kv_heads, gate_dim):
     D = (heads + 2 * kv_heads) * hd + gate_dim
     cos, sin = (t.double()[:, None, :] for t in RotaryEmbedding(hd, T, 100.0)(T))
     p = torch.randn(B, T, D, dtype=torch.float64, requires_grad=True)
-    q, k, v, g = SplitRope.apply(p, cos[..., :hd // 2], sin[..., :hd // 2], heads, kv_heads, hd)
+    q, k, v, g = SplitRope.apply(p, cos[..., : hd // 2], sin[..., : hd // 2], heads, kv_heads, hd)
     rq, rk, rv, rg = p.split([heads * hd, kv_heads * hd, kv_heads * hd, gate_dim], dim=-1)
     assert torch.allclose(q, ref_apply_rope(rq.view(B, T, heads, hd), cos, sin), atol=1e-12)
     assert torch.allclose(k, ref_apply_rope(rk.view(B, T, kv_heads, hd), cos, sin), atol=1e-12)
@@ -121,15 +140,19 @@ def _check_split_rope(heads, kv_heads, gate_dim):
         weights = [torch.randn_like(t) for t in used]
         out = sum((t * w).sum() for t, w in zip(used, weights))
         (ga,) = torch.autograd.grad(out, p, retain_graph=True)
-        ref_outs = {id(q): ref_apply_rope(rq.view(B, T, heads, hd), cos, sin),
-                    id(k): ref_apply_rope(rk.view(B, T, kv_heads, hd), cos, sin), id(v): rv.view(B, T, kv_heads, hd),
-                    id(g): rg}
+        ref_outs = {
+            id(q): ref_apply_rope(rq.view(B, T, heads, hd), cos, sin),
+            id(k): ref_apply_rope(rk.view(B, T, kv_heads, hd), cos, sin),
+            id(v): rv.view(B, T, kv_heads, hd),
+            id(g): rg,
+        }
         ref = sum((ref_outs[id(t)] * w).sum() for t, w in zip(used, weights))
         (gb,) = torch.autograd.grad(ref, p, retain_graph=True)
         assert torch.allclose(ga, gb, atol=1e-12)
     assert torch.autograd.gradcheck(
-        lambda t: SplitRope.apply(t, cos[..., :hd // 2], sin[..., :hd // 2], heads, kv_heads, hd),
-        (torch.randn(1, T, D, dtype=torch.float64, requires_grad=True),))
+        lambda t: SplitRope.apply(t, cos[..., : hd // 2], sin[..., : hd // 2], heads, kv_heads, hd),
+        (torch.randn(1, T, D, dtype=torch.float64, requires_grad=True),),
+    )
 
 
 @pytest.mark.parametrize("scale,eps", [(1.0, 1e-5), (1e-6, 1e-12), (1e-4, 1e-5)])
@@ -185,7 +208,9 @@ def test_cpu_chunks_keep_their_logits_within_16_mib():
     torch.manual_seed(0)  # the default chunking gives the one-chunk value
     h, w = torch.randn(600, 4, dtype=torch.float64), torch.randn(8192, 4, dtype=torch.float64)
     t = torch.randint(0, 8192, (600,))
-    assert linear_cross_entropy(h, w, t).item() == pytest.approx(linear_cross_entropy(h, w, t, chunk=600).item(), rel=1e-12)
+    assert linear_cross_entropy(h, w, t).item() == pytest.approx(
+        linear_cross_entropy(h, w, t, chunk=600).item(), rel=1e-12
+    )
 
 
 def test_linear_cross_entropy_rejects_mismatched_targets():
@@ -220,7 +245,10 @@ def test_training_steps_match_the_reference_path(name):
     for i in range(8):
         idx, tgt = data[i % 2, :, :-1], data[i % 2, :, 1:]
         pair = []
-        for model, opt, fn in ((new, opt_new, lambda m: m(idx, targets=tgt)), (old, opt_old, lambda m: ref_loss(m, idx, tgt))):
+        for model, opt, fn in (
+            (new, opt_new, lambda m: m(idx, targets=tgt)),
+            (old, opt_old, lambda m: ref_loss(m, idx, tgt)),
+        ):
             loss = fn(model)
             aux = model.aux_loss()
             (loss + aux if aux is not None else loss).backward()

@@ -40,8 +40,8 @@ def reference(m: MoE, x: torch.Tensor) -> torch.Tensor:
         y = torch.zeros_like(xt)
         weights = top_p if m.top_k == 1 else top_p / top_p.sum()  # k = 1: Switch's unnormalized p
         for w, e in zip(weights, top_e.tolist()):
-            g = xt @ m.w_gate_up[e, :, :m.d_expert]
-            u = xt @ m.w_gate_up[e, :, m.d_expert:]
+            g = xt @ m.w_gate_up[e, :, : m.d_expert]
+            u = xt @ m.w_gate_up[e, :, m.d_expert :]
             y = y + w * ((F.silu(g) * u) @ m.w_down[e])
         if m.shared is not None:
             gu = m.shared.w_gate_up.weight @ xt
@@ -89,8 +89,15 @@ def test_fp32_grouped_mm_and_loop_agree():
 
 def router_as_identity(top_k: int) -> MoE:
     """d_model = E and router weight = I, so the router logits are the input itself."""
-    cfg = ModelConfig(vocab_size=64, d_model=8, n_layers=1, n_heads=2, d_ff=8, max_seq_len=8,
-                      moe=dict(n_experts=8, top_k=top_k, d_expert=8, aux_loss_coef=0.1, z_loss_coef=0.01))
+    cfg = ModelConfig(
+        vocab_size=64,
+        d_model=8,
+        n_layers=1,
+        n_heads=2,
+        d_ff=8,
+        max_seq_len=8,
+        moe=dict(n_experts=8, top_k=top_k, d_expert=8, aux_loss_coef=0.1, z_loss_coef=0.01),
+    )
     m = MoE(cfg)
     with torch.no_grad():
         m.router.weight.copy_(torch.eye(8))
@@ -100,9 +107,9 @@ def router_as_identity(top_k: int) -> MoE:
 def test_load_balance_equals_formula_on_constructed_routing():
     m = router_as_identity(top_k=2)
     logits = torch.full((4, 8), -1e4)
-    logits[:, 0] = 0.0                       # every token: expert 0 ...
-    logits[:3, 1] = math.log(3.0)            # ... tokens 0-2 with expert 1 (p = 3/4, 1/4)
-    logits[3, 2] = 0.0                       # ... token 3 with expert 2 (p = 1/2, 1/2)
+    logits[:, 0] = 0.0  # every token: expert 0 ...
+    logits[:3, 1] = math.log(3.0)  # ... tokens 0-2 with expert 1 (p = 3/4, 1/4)
+    logits[3, 2] = 0.0  # ... token 3 with expert 2 (p = 1/2, 1/2)
     m(logits)
     # f = (4, 3, 1, 0, ...)/8 ; P = ((3·1/4 + 1/2)/4, (3·3/4)/4, (1/2)/4, 0, ...)
     f = [4 / 8, 3 / 8, 1 / 8]
@@ -194,8 +201,16 @@ def test_gradients_reach_router_and_every_selected_expert():
 
 @pytest.mark.parametrize("gamma", [0.5, 1.0])
 def test_gamma_rule_each_expert_matrix_uses_its_own_fan_in(gamma):
-    cfg = ModelConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=2, d_ff=96, max_seq_len=16, gamma=gamma,
-                      moe=dict(n_experts=4, top_k=2, n_shared_experts=1, d_expert=128))
+    cfg = ModelConfig(
+        vocab_size=64,
+        d_model=64,
+        n_layers=2,
+        n_heads=2,
+        d_ff=96,
+        max_seq_len=16,
+        gamma=gamma,
+        moe=dict(n_experts=4, top_k=2, n_shared_experts=1, d_expert=128),
+    )
     torch.manual_seed(0)
     model = Transformer(cfg)
     moe = model.blocks[0].mlp
@@ -215,8 +230,16 @@ def test_gamma_rule_each_expert_matrix_uses_its_own_fan_in(gamma):
 
 
 def test_num_params_total_and_active_exact():
-    cfg = ModelConfig(vocab_size=64, d_model=16, n_layers=3, n_heads=2, d_ff=24, max_seq_len=16, tie_embeddings=True,
-                      moe=dict(n_experts=4, top_k=2, n_shared_experts=1, d_expert=8, every=2))
+    cfg = ModelConfig(
+        vocab_size=64,
+        d_model=16,
+        n_layers=3,
+        n_heads=2,
+        d_ff=24,
+        max_seq_len=16,
+        tie_embeddings=True,
+        moe=dict(n_experts=4, top_k=2, n_shared_experts=1, d_expert=8, every=2),
+    )
     model = Transformer(cfg)
     d, V, L = 16, 64, 3
     attn = d * (3 * d + d) + d * d  # q, k, v, elementwise gate; o
@@ -286,8 +309,15 @@ def test_autocast_bfloat16_runs():
 def test_bad_impl_and_misaligned_grouped_mm():
     with pytest.raises(ValueError, match="impl"):
         MoE(tiny_cfg(), impl="fast")
-    cfg = ModelConfig(vocab_size=64, d_model=10, n_layers=1, n_heads=1, d_ff=8, max_seq_len=8,
-                      moe=dict(n_experts=2, top_k=1, d_expert=6))
+    cfg = ModelConfig(
+        vocab_size=64,
+        d_model=10,
+        n_layers=1,
+        n_heads=1,
+        d_ff=8,
+        max_seq_len=8,
+        moe=dict(n_experts=2, top_k=1, d_expert=6),
+    )
     with pytest.raises(ValueError, match="16 bytes"):
         MoE(cfg, impl="grouped_mm")(torch.randn(3, 10))
     assert MoE(cfg)(torch.randn(3, 10)).shape == (3, 10)  # auto falls back to the loop
@@ -316,8 +346,17 @@ def test_paper_moe_preset_counts_follow_from_shapes():
     assert model.num_params(active=True) == total - L * (m.n_experts - m.top_k) * 3 * d * m.d_expert
 
 
-@pytest.mark.parametrize("field,value", [("aux_loss_coef", -0.1), ("z_loss_coef", float("nan")), ("top_k", 5),
-                                         ("d_expert", -1), ("every", 0), ("router", "sinkhorn")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("aux_loss_coef", -0.1),
+        ("z_loss_coef", float("nan")),
+        ("top_k", 5),
+        ("d_expert", -1),
+        ("every", 0),
+        ("router", "sinkhorn"),
+    ],
+)
 def test_bad_moe_config_names_the_field(field, value):
     moe = {**dict(n_experts=E, top_k=2, d_expert=DE), field: value}
     with pytest.raises(ValueError, match=f"moe.{field}"):
@@ -325,6 +364,7 @@ def test_bad_moe_config_names_the_field(field, value):
 
 
 # ---- auxiliary-loss-free balancing (moe.bias_update_rate) ----------------------------------------------------
+
 
 def test_expert_bias_steers_the_choice_but_not_the_weights():
     m = make_moe(top_k=2, bias_update_rate=1e-3)

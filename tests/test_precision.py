@@ -33,8 +33,9 @@ class Counter:
 @pytest.mark.parametrize("flags", [AVX512_BF16, AMX], ids=["avx512_bf16", "amx_bf16"])
 def test_auto_chooses_bf16_with_native_flags_when_the_measurement_says_faster(flags, tmp_path):
     m = Counter(0.30, 0.20)
-    d = P.decide("auto", "cpu", flags=flags, measure=m, key="k", cache_file=tmp_path / "dtype.json",
-                 shape_text="B 4 × T 32")
+    d = P.decide(
+        "auto", "cpu", flags=flags, measure=m, key="k", cache_file=tmp_path / "dtype.json", shape_text="B 4 × T 32"
+    )
     assert (d.dtype, d.setting, m.calls, d.cached) == ("bf16", "auto", 1, False)
     assert ("amx_bf16" if "amx_bf16" in flags else "avx512_bf16") in d.reason and "measured now" in d.reason
     assert d.line().startswith("dtype: bf16 (auto: CPU has ")
@@ -84,8 +85,9 @@ def test_resolve_keys_the_cache_by_machine_and_shape(tmp_path, monkeypatch):
     cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, max_seq_len=16, gamma=1.0)
     m = Counter(0.3, 0.2)
     assert P.resolve("auto", cfg, 2, 16, "cpu", measure=m).dtype == "bf16"
-    other_init = ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, max_seq_len=16, gamma=0.5,
-                             gate="none", norm_eps=1e-5)
+    other_init = ModelConfig(
+        vocab_size=64, d_model=32, n_layers=1, n_heads=2, max_seq_len=16, gamma=0.5, gate="none", norm_eps=1e-5
+    )
     assert P.resolve("auto", other_init, 2, 16, "cpu", measure=m).cached and m.calls == 1  # arms share a decision
     assert not P.resolve("auto", cfg, 4, 16, "cpu", measure=m).cached and m.calls == 2  # another micro-batch
     assert (tmp_path / "c" / "dtype.json").is_file()
@@ -102,7 +104,7 @@ def test_cache_dir_honours_smallinit_cache_then_xdg(tmp_path, monkeypatch):
 
 
 def test_explicit_values_and_the_config_field():
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
     from smallinit.train import load_config
 
     assert P.decide("bf16", "cpu", flags=AVX2, measure=never).dtype == "bf16"  # forced, even without native bf16
@@ -157,8 +159,10 @@ def test_a_run_records_its_decision_and_a_resumed_run_keeps_it(tiny_cfg, tmp_pat
     assert s["dtype"] == "bf16" and "auto: CPU has amx_bf16" in s["dtype_reason"] and m.calls == 1
     assert yaml.safe_load((full / "config.yaml").read_text())["train"]["dtype"] == "bf16"
     assert json.loads((full / "origin.json").read_text())["dtype"]["dtype"] == "bf16"
-    assert "dtype: bf16 (auto: CPU has amx_bf16; a forward+backward step at B 4 × T 32 took 200 ms in bf16 " \
-           "autocast vs 300 ms in fp32, bf16 ×1.50 faster (measured now))" in capsys.readouterr().err
+    assert (
+        "dtype: bf16 (auto: CPU has amx_bf16; a forward+backward step at B 4 × T 32 took 200 ms in bf16 "
+        "autocast vs 300 ms in fp32, bf16 ×1.50 faster (measured now))" in capsys.readouterr().err
+    )
 
     class Crash:
         def on_step_end(self, trainer, step, record):
@@ -174,7 +178,9 @@ def test_a_run_records_its_decision_and_a_resumed_run_keeps_it(tiny_cfg, tmp_pat
     monkeypatch.setattr(P, "measure_step_seconds", lambda *a, **k: never())
     capsys.readouterr()
     s2 = resume(part)
-    assert s2["dtype"] == "bf16" and s2["dtype_reason"].startswith("kept from the run's config.yaml; at its start: auto")
+    assert s2["dtype"] == "bf16" and s2["dtype_reason"].startswith(
+        "kept from the run's config.yaml; at its start: auto"
+    )
     assert "dtype: bf16 (kept from the run's config.yaml" in capsys.readouterr().err
     assert _losses(full) == _losses(part)  # exact: the same dtype before and after the resume
 
@@ -207,7 +213,7 @@ def test_auto_gives_fp32_when_bf16_measured_slower_in_a_run(tiny_cfg, tmp_path, 
 
 
 def test_a_wanted_auto_matches_the_dtype_a_run_decided():
-    from smallinit.rundir import config_mismatch
+    from smallinit.runs.rundir import config_mismatch
     from smallinit.train import load_config
 
     have = load_config("tiny", ["train.dtype=bf16"]).to_dict()
@@ -240,8 +246,10 @@ def _parity_losses(shift_baseline: float, shift_paper: float, seeds: int = 3, no
     out = {}
     for arm, ahead, shift in (("baseline", 0.0, shift_baseline), ("paper", 0.02, shift_paper)):
         level = rng.normal(0, noise, seeds)  # this arm's init draw per seed, the same in both dtypes
-        out[arm] = {"fp32": {s: 1.5 - ahead + level[s] + rng.normal(0, jitter) for s in range(seeds)},
-                    "bf16": {s: 1.5 - ahead + shift + level[s] + rng.normal(0, jitter) for s in range(seeds)}}
+        out[arm] = {
+            "fp32": {s: 1.5 - ahead + level[s] + rng.normal(0, jitter) for s in range(seeds)},
+            "bf16": {s: 1.5 - ahead + shift + level[s] + rng.normal(0, jitter) for s in range(seeds)},
+        }
     return out
 
 

@@ -38,8 +38,23 @@ def corpus(tmp_path):
 def test_prepare_cli_success_and_summary(capsys, corpus):
     out_dir = corpus / "data"
     rc, out, err = _run(
-        capsys, corpus / "en.txt", corpus / "zh.jsonl", "--out", out_dir, "--tokenizer", "bpe", "--vocab-size", "300",
-        "--weights", "0.6,0.4", "--text-field", "body", "--val-fraction", "0.05", "--max-bytes", "1M",
+        capsys,
+        corpus / "en.txt",
+        corpus / "zh.jsonl",
+        "--out",
+        out_dir,
+        "--tokenizer",
+        "bpe",
+        "--vocab-size",
+        "300",
+        "--weights",
+        "0.6,0.4",
+        "--text-field",
+        "body",
+        "--val-fraction",
+        "0.05",
+        "--max-bytes",
+        "1M",
     )
     assert rc == 0, err
     assert "error" not in err
@@ -109,8 +124,20 @@ def test_max_bytes_reads_at_most_n_bytes(capsys, corpus):
     --help says "at most N": the last piece is now cut at N, never inside a character."""
     for src, name in ((corpus / "en.txt", "en"), (corpus / "zh.jsonl", "zh")):
         out_dir = corpus / f"cap-{name}"
-        rc, out, err = _run(capsys, src, "--out", out_dir, "--tokenizer", "byte", "--val-fraction", "0",
-                            "--text-field", "body", "--max-bytes", "1K")
+        rc, out, err = _run(
+            capsys,
+            src,
+            "--out",
+            out_dir,
+            "--tokenizer",
+            "byte",
+            "--val-fraction",
+            "0",
+            "--text-field",
+            "body",
+            "--max-bytes",
+            "1K",
+        )
         assert rc == 0, err
         d = TokenData(out_dir)
         s = d.meta["sources"][0]

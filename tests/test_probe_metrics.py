@@ -337,7 +337,9 @@ def test_optimizer_eps_bias_correction_over_two_steps() -> None:
     assert out["frac_below"] == pytest.approx(5 / 6)
     assert out["damping"] == pytest.approx((5 * 1e-8 / (small + 1e-8) + 1e-8 / (large + 1e-8)) / 6, rel=1e-4)
     # the uncorrected exp_avg_sq would put sqrt(v) at sqrt(0.75)·3.697e-9: a different damping
-    assert optimizer_eps_damping(st["exp_avg_sq"] * 0.75, 2, 0.5, 1e-8)["damping"] != pytest.approx(out["damping"], rel=1e-4)
+    assert optimizer_eps_damping(st["exp_avg_sq"] * 0.75, 2, 0.5, 1e-8)["damping"] != pytest.approx(
+        out["damping"], rel=1e-4
+    )
 
 
 def test_optimizer_eps_hand_built_state_edge_cases() -> None:
@@ -347,8 +349,12 @@ def test_optimizer_eps_hand_built_state_edge_cases() -> None:
     assert out["frac_below"] == 0.25  # only the zero entry: sqrt(v̂) = ε is not below ε
     assert out["frac_zero"] == 0.25
     assert out["damping"] == pytest.approx((1.0 + 0.5 + 1 / 3 + e / (1 + e)) / 4, rel=1e-12)
-    assert optimizer_eps_damping(v, 5, 0.0, 0.0) == {"frac_below": 0.0, "damping": 0.0, "frac_zero": 0.25,
-                                                     "median_sqrt_v": e}
+    assert optimizer_eps_damping(v, 5, 0.0, 0.0) == {
+        "frac_below": 0.0,
+        "damping": 0.0,
+        "frac_zero": 0.25,
+        "median_sqrt_v": e,
+    }
     # tiny values in bfloat16 are not lost (computed in float64): sqrt(1e-30 / 0.1) ≈ 3.2e-15 < 1e-8
     assert optimizer_eps_damping(torch.full((4,), 1e-30, dtype=torch.bfloat16), 1, 0.9, 1e-8)["frac_below"] == 1.0
     for bad in [dict(step=0), dict(beta2=1.0), dict(eps=-1.0)]:

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_overrides
+
 from smallinit.model import ModelConfig, Transformer
 from smallinit.probes import (
     attention_sink,
@@ -85,7 +85,9 @@ def test_record_matches_direct_computation():
             lay = rec["layers"][i]
             x = b.attn_norm(h)
             ms = h.double().square().mean(-1)
-            assert lay["attn_norm"]["saturation"] == pytest.approx(float((ms / (ms + b.attn_norm.eps)).mean()), rel=1e-9)
+            assert lay["attn_norm"]["saturation"] == pytest.approx(
+                float((ms / (ms + b.attn_norm.eps)).mean()), rel=1e-9
+            )
             assert lay["sink"] == pytest.approx(attention_sink(b.attn.attention_weights(x, cos, sin)), rel=1e-9)
             a = b.attn(x, cos, sin)
             assert lay["flow_attn"] == pytest.approx(residual_flow(a, h), rel=1e-9)
@@ -97,8 +99,18 @@ def test_record_matches_direct_computation():
         ms = h.double().square().mean(-1)
         assert rec["final_norm"]["saturation"] == pytest.approx(float((ms / (ms + model.norm_f.eps)).mean()), rel=1e-9)
     names = set(rec["matrices"])
-    assert {"blocks.0.attn.q", "blocks.0.attn.k", "blocks.0.attn.v", "blocks.0.attn.gate", "blocks.0.attn.o",
-            "blocks.1.mlp.gate", "blocks.1.mlp.up", "blocks.1.mlp.down", "tok_emb", "lm_head"} <= names
+    assert {
+        "blocks.0.attn.q",
+        "blocks.0.attn.k",
+        "blocks.0.attn.v",
+        "blocks.0.attn.gate",
+        "blocks.0.attn.o",
+        "blocks.1.mlp.gate",
+        "blocks.1.mlp.up",
+        "blocks.1.mlp.down",
+        "tok_emb",
+        "lm_head",
+    } <= names
     W = named_matrices(model)["blocks.1.mlp.down"]
     assert W.shape == (32, 64)
     assert rec["matrices"]["blocks.1.mlp.down"]["srank"] == pytest.approx(stable_rank(W), rel=1e-6)
@@ -202,16 +214,24 @@ def test_optimizer_eps_probe_matches_the_first_gradient_of_each_matrix():
     """After one AdamW step sqrt(v̂) = |g|: the probe of each (fused, sliced, transposed) matrix view is the
     metric of that matrix's own gradient entries."""
     pytest.importorskip("smallinit.model.moe")
-    model = _model(gamma=1.0, gate="elementwise", tie_embeddings=False, moe=dict(n_experts=4, top_k=2, d_expert=16, every=2))
+    model = _model(
+        gamma=1.0, gate="elementwise", tie_embeddings=False, moe=dict(n_experts=4, top_k=2, d_expert=16, every=2)
+    )
     assert optimizer_eps_probes(model, torch.optim.AdamW(model.parameters()))["matrices"] == {}  # no step yet
     opt, g = _one_adamw_step(model, eps=1e-3)  # a large ε so that every matrix has entries on both sides
     rec = optimizer_eps_probes(model, opt)
     assert rec["eps"] == 1e-3 and rec["t"] == 1 and rec["beta2"] == 0.999
     qkvg = g["blocks.0.attn.w_qkvg.weight"]  # rows: q (32), k (32), v (32), gate (32)
     gu = g["blocks.1.mlp.w_gate_up"]  # (E, d, 2·d_e), input-major
-    expected = {"blocks.0.attn.k": qkvg[32:64], "blocks.0.attn.v": qkvg[64:96], "blocks.0.attn.gate": qkvg[96:],
-                "blocks.0.mlp.down": g["blocks.0.mlp.w_down.weight"], "blocks.1.mlp.expert1.up": gu[1, :, 16:].T,
-                "blocks.1.mlp.expert2.down": g["blocks.1.mlp.w_down"][2].T, "lm_head": g["lm_head.weight"]}
+    expected = {
+        "blocks.0.attn.k": qkvg[32:64],
+        "blocks.0.attn.v": qkvg[64:96],
+        "blocks.0.attn.gate": qkvg[96:],
+        "blocks.0.mlp.down": g["blocks.0.mlp.w_down.weight"],
+        "blocks.1.mlp.expert1.up": gu[1, :, 16:].T,
+        "blocks.1.mlp.expert2.down": g["blocks.1.mlp.w_down"][2].T,
+        "lm_head": g["lm_head.weight"],
+    }
     for name, grad in expected.items():
         want = optimizer_eps_damping(grad.square() * (1 - 0.999), 1, 0.999, 1e-3)
         got = rec["matrices"][name]
@@ -277,8 +297,16 @@ def test_heatmap_arrays_subsample_fixed_rows():
 
 
 def test_run_labels_from_config_differences():
-    a = {"model": {"gamma": 1.0, "gate": "elementwise", "moe": {"every": 1}}, "probe": {"every": 5}, "train": {"progress": True}}
-    b = {"model": {"gamma": 0.5, "gate": "none", "moe": {"every": 1}}, "probe": {"every": 5}, "train": {"progress": False}}
+    a = {
+        "model": {"gamma": 1.0, "gate": "elementwise", "moe": {"every": 1}},
+        "probe": {"every": 5},
+        "train": {"progress": True},
+    }
+    b = {
+        "model": {"gamma": 0.5, "gate": "none", "moe": {"every": 1}},
+        "probe": {"every": 5},
+        "train": {"progress": False},
+    }
     assert run_labels([a, b]) == ["gamma=1, gate=elementwise", "gamma=0.5, gate=none"]
     c = {"model": {"gamma": 1.0, "gate": "elementwise", "moe": {"every": 2}}, "probe": {"every": 10}, "train": {}}
     assert run_labels([a, c]) == ["model.moe.every=1, probe.every=5", "model.moe.every=2, probe.every=10"]
@@ -293,8 +321,13 @@ def _train(token_dir: Path, out: Path, **extra):
     from smallinit.train import load_config
     from smallinit.train.loop import Trainer
 
-    cfg = load_config("tiny", tiny_overrides(token_dir, **{"train.max_steps": 10, "probe.every": 5, "train.log_every": 3,
-                                                           "train.eval_every": 10, **extra}))
+    cfg = load_config(
+        "tiny",
+        tiny_overrides(
+            token_dir,
+            **{"train.max_steps": 10, "probe.every": 5, "train.log_every": 3, "train.eval_every": 10, **extra},
+        ),
+    )
     probe = TrainingProbe(cfg.probe)
     Trainer(cfg, out, callbacks=[probe]).run()
     return probe
@@ -316,7 +349,13 @@ def _lines(run: Path) -> list[dict]:
 def test_training_probe_writes_lines_at_the_right_steps(runs):
     run = runs[0]
     recs = _lines(run)
-    assert [r["step"] for r in recs] == [0, 1, 2, 5, 10]  # the early steps below every=5, then every 5; log_every=3 does not matter
+    assert [r["step"] for r in recs] == [
+        0,
+        1,
+        2,
+        5,
+        10,
+    ]  # the early steps below every=5, then every 5; log_every=3 does not matter
     for r in recs:
         assert len(r["layers"]) == 2 and "blocks.0.attn.q" in r["matrices"]
         assert r["tokens"] == r["step"] * 4 * 32
@@ -324,7 +363,7 @@ def test_training_probe_writes_lines_at_the_right_steps(runs):
     assert recs[0]["matrices"]["blocks.0.attn.q"]["srank"] > 2
     assert recs[-1]["matrices"]["blocks.0.attn.q"] != recs[0]["matrices"]["blocks.0.attn.q"]  # weights moved
     # the probe at step 10 saw the final weights: recompute from the final checkpoint
-    from smallinit.checkpoint import load_checkpoint
+    from smallinit.runs.checkpoint import load_checkpoint
 
     W = named_matrices(load_checkpoint(run, step=10))["blocks.0.mlp.down"]
     assert recs[-1]["matrices"]["blocks.0.mlp.down"]["srank"] == pytest.approx(stable_rank(W, exact=False), rel=1e-6)
@@ -343,7 +382,7 @@ def test_training_probe_logs_the_optimizer_eps(runs):
                 assert set(m) == {"frac_below", "damping", "frac_zero", "median_sqrt_v"}
                 assert 0 <= m["frac_below"] <= 1 and 0 <= m["damping"] <= 1
     # the probe read the live optimizer: recompute step 10 from the checkpointed AdamW state
-    from smallinit.checkpoint import read_checkpoint, resolve_checkpoint
+    from smallinit.runs.checkpoint import read_checkpoint, resolve_checkpoint
 
     osd = read_checkpoint(resolve_checkpoint(runs[0], 10))["optim"]["optimizer"]
     st = osd["state"]["blocks.0.mlp.w_down.weight"]
@@ -356,7 +395,7 @@ def test_training_probe_logs_the_optimizer_eps(runs):
 
 def test_tiny_optimizer_eps_stays_finite_at_gamma_1(token_dir, tmp_path):
     """optim.eps = 1e-16 at γ = 1 (entries with v̂ ≈ 0 divide by ~1e-16): losses, weights and probes stay finite."""
-    from smallinit.checkpoint import load_checkpoint
+    from smallinit.runs.checkpoint import load_checkpoint
 
     run = tmp_path / "eps16"
     _train(token_dir, run, **{"model.gamma": 1.0, "optim.eps": 1e-16, "probe.every": 10})
@@ -396,14 +435,16 @@ def test_resume_drops_later_probe_lines_and_rewrites_them(runs, tmp_path, token_
     (run / "summary.json").unlink()
     import yaml
 
-    from smallinit.train.config import config_from_dict
+    from smallinit.config import config_from_dict
 
     probe_cfg = config_from_dict(yaml.safe_load((run / "config.yaml").read_text())).probe
     resume(run, callbacks=[TrainingProbe(probe_cfg)])
     again = _lines(run)
     assert [r["step"] for r in again] == [0, 1, 2, 5, 10]
     for a, b in zip(original, again):
-        assert b["matrices"]["blocks.0.attn.q"]["srank"] == pytest.approx(a["matrices"]["blocks.0.attn.q"]["srank"], rel=1e-5)
+        assert b["matrices"]["blocks.0.attn.q"]["srank"] == pytest.approx(
+            a["matrices"]["blocks.0.attn.q"]["srank"], rel=1e-5
+        )
         assert b["layers"][1]["sink"] == pytest.approx(a["layers"][1]["sink"], rel=1e-5)
     assert sorted(int(p.stem[5:]) for p in (run / "heatmaps").glob("step_*.npz")) == [0, 1, 2, 4, 8, 10]
 
@@ -418,9 +459,20 @@ def test_early_probes_are_log_spaced_below_the_uniform_schedule(token_dir, tmp_p
     assert early_probe_steps(100) == [1, 2, 5, 10, 20, 50]
     assert early_probe_steps(1000)[-3:] == [100, 200, 500] and early_probe_steps(2) == [1]
     assert early_probe_steps(0) == [] and early_probe_steps(1) == []
-    cfg = load_config("tiny", tiny_overrides(token_dir, **{"train.max_steps": 60, "probe.every": 100,
-                                                           "probe.heatmaps": "[]", "train.eval_every": 60,
-                                                           "train.ckpt_every": 60, "train.log_every": 20}))
+    cfg = load_config(
+        "tiny",
+        tiny_overrides(
+            token_dir,
+            **{
+                "train.max_steps": 60,
+                "probe.every": 100,
+                "probe.heatmaps": "[]",
+                "train.eval_every": 60,
+                "train.ckpt_every": 60,
+                "train.log_every": 20,
+            },
+        ),
+    )
     Trainer(cfg, tmp_path / "run", callbacks=[TrainingProbe(cfg.probe)]).run()
     steps = [r["step"] for r in _lines(tmp_path / "run")]
     assert steps == [0, 1, 2, 5, 10, 20, 50, 60]  # 60: the last step
@@ -430,7 +482,7 @@ def test_early_probes_are_log_spaced_below_the_uniform_schedule(token_dir, tmp_p
 
 
 def test_unknown_heatmap_matrix_is_a_config_error(token_dir, tmp_path):
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="probe.heatmaps"):
         _train(token_dir, tmp_path / "bad", **{"probe.heatmaps": "[blocks.0.attn.nope]", "train.max_steps": 1})
@@ -448,7 +500,8 @@ def test_probe_cli_writes_json_and_prints_a_table(runs, tmp_path, capsys):
     assert rec["step"] == 5
     at5 = next(r for r in _lines(runs[0]) if r["step"] == 5)
     assert rec["matrices"]["blocks.0.attn.q"]["srank"] == pytest.approx(
-        at5["matrices"]["blocks.0.attn.q"]["srank"], rel=1e-6)  # same weights, same number
+        at5["matrices"]["blocks.0.attn.q"]["srank"], rel=1e-6
+    )  # same weights, same number
     assert rec["layers"][0]["sink"] == pytest.approx(at5["layers"][0]["sink"], rel=1e-5)
     text = capsys.readouterr().out
     assert "sink" in text and "attn.q" in text and str(out) in text
@@ -473,8 +526,17 @@ def test_plot_cli_writes_pngs_and_index(runs, tmp_path):
     assert main(["plot", str(runs[0]), str(runs[1]), "--out", str(out)]) == 0
     html = (out / "index.html").read_text()
     srcs = re.findall(r"<img src='([^']+)'", html)
-    for name in ("loss.png", "srank.png", "condensation.png", "sink.png", "saturation.png", "flow.png",
-                 "optim_eps.png", "heatmaps_blocks.0.attn.q.png", "heatmaps_blocks.0.mlp.up.png"):
+    for name in (
+        "loss.png",
+        "srank.png",
+        "condensation.png",
+        "sink.png",
+        "saturation.png",
+        "flow.png",
+        "optim_eps.png",
+        "heatmaps_blocks.0.attn.q.png",
+        "heatmaps_blocks.0.mlp.up.png",
+    ):
         assert name in srcs
     for s in srcs:
         assert not Path(s).is_absolute()

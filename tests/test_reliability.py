@@ -20,15 +20,18 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import tiny_overrides
+
 from smallinit.cli import main as cli
 
 
 def snapshot(root: Path) -> dict[str, str]:
     """{relative path: sha256} of every file under ``root`` (the lock file excluded: flock touches it)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
 
 
 def one_error(capsys) -> str:
@@ -54,6 +57,7 @@ def done_run(tmp_path_factory, token_dir) -> Path:
 
 # ---- 1. finished runs ------------------------------------------------------------------------------------
 
+
 def test_resume_of_a_complete_run_changes_nothing(done_run, capsys):
     before = snapshot(done_run)
     summary = json.loads((done_run / "summary.json").read_text())
@@ -68,7 +72,7 @@ def test_resume_of_a_complete_run_changes_nothing(done_run, capsys):
     assert cli(["train", "--resume", str(done_run), "--max-steps", "4"]) == 2
     assert "only extends" in one_error(capsys)
     assert snapshot(done_run) == before
-    from smallinit.doctor import check_run
+    from smallinit.runs.doctor import check_run
 
     rep = check_run(done_run)
     assert rep.healthy and rep.status == "complete"
@@ -88,7 +92,7 @@ def test_max_steps_extends_a_complete_run_and_the_summary_keeps_real_values(tmp_
 
 
 def test_doctor_flags_a_summary_blanked_by_an_old_resume(tmp_path, done_run):
-    from smallinit.doctor import check_run
+    from smallinit.runs.doctor import check_run
 
     run = tmp_path / "run"
     shutil.copytree(done_run, run)
@@ -100,7 +104,7 @@ def test_doctor_flags_a_summary_blanked_by_an_old_resume(tmp_path, done_run):
 
 
 def test_doctor_flags_a_complete_run_without_weights_or_with_a_log_that_is_a_folder(tmp_path, done_run):
-    from smallinit.doctor import check_run
+    from smallinit.runs.doctor import check_run
 
     run = tmp_path / "run"
     shutil.copytree(done_run, run)
@@ -117,6 +121,7 @@ def test_doctor_flags_a_complete_run_without_weights_or_with_a_log_that_is_a_fol
 
 
 # ---- 2. train --out onto something that is not a run ----------------------------------------------------
+
 
 def test_train_out_onto_a_dataset_or_a_user_folder_is_refused(tmp_path, token_dir, capsys):
     data = tmp_path / "data"
@@ -152,6 +157,7 @@ def test_train_out_onto_a_dataset_or_a_user_folder_is_refused(tmp_path, token_di
 
 # ---- 3. export --force never deletes its input -----------------------------------------------------------
 
+
 def test_export_force_never_deletes_the_source_run_or_its_parent(tmp_path, done_run, capsys):
     root = tmp_path / "runs"
     run = root / "run"
@@ -175,12 +181,16 @@ def test_export_force_never_deletes_the_source_run_or_its_parent(tmp_path, done_
 
 # ---- 4. checks before the first step leave no folder behind -----------------------------------------------
 
-@pytest.mark.parametrize("extra,match", [
-    ({"data.seq_len": 30000, "model.max_seq_len": 30000}, "val split has"),  # longer than the validation split
-    ({"data.val_batches": 5000, "data.tune_batches": 1}, "tune_batches"),  # no tune windows after val
-    ({"probe.every": 5, "probe.heatmaps": "[blocks.0.attn.qq]"}, "unknown matrix"),
-    ({"train.batch_size": 2_000_000}, "needs about"),  # the OOM case: refused up front
-])
+
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        ({"data.seq_len": 30000, "model.max_seq_len": 30000}, "val split has"),  # longer than the validation split
+        ({"data.val_batches": 5000, "data.tune_batches": 1}, "tune_batches"),  # no tune windows after val
+        ({"probe.every": 5, "probe.heatmaps": "[blocks.0.attn.qq]"}, "unknown matrix"),
+        ({"train.batch_size": 2_000_000}, "needs about"),  # the OOM case: refused up front
+    ],
+)
 def test_failing_checks_leave_no_folder(tmp_path, token_dir, capsys, extra, match):
     out = tmp_path / "run"
     assert train(out, token_dir, **extra) == 2
@@ -200,8 +210,10 @@ def test_token_ids_beyond_the_vocabulary_are_refused(tmp_path, token_dir, capsys
 
 
 def test_silently_ignored_options_are_refused(tmp_path, token_dir, capsys):
-    assert cli(["train", "--config", "tiny", "--out", str(tmp_path / "a"), "--max-steps", "5",
-                *tiny_overrides(token_dir)]) == 2
+    assert (
+        cli(["train", "--config", "tiny", "--out", str(tmp_path / "a"), "--max-steps", "5", *tiny_overrides(token_dir)])
+        == 2
+    )
     assert "--resume" in one_error(capsys)
     assert train(tmp_path / "b", token_dir, **{"model.vocab_size": 100}) == 2
     assert "vocabulary" in one_error(capsys)
@@ -217,9 +229,10 @@ def test_base_config_cycle_is_one_error(tmp_path, capsys):
 
 # ---- 5. divergence watch -----------------------------------------------------------------------------------
 
+
 def test_a_finite_blow_up_stops_the_run_and_keeps_the_pre_divergence_checkpoint(tmp_path, token_dir, capsys):
-    from smallinit.checkpoint import list_checkpoints
-    from smallinit.doctor import check_run
+    from smallinit.runs.checkpoint import list_checkpoints
+    from smallinit.runs.doctor import check_run
 
     run = tmp_path / "run"
     # lr=10: loss 6 -> thousands from step 2; keep_ckpts=1 used to prune every checkpoint from before it
@@ -255,15 +268,32 @@ def test_the_divergence_rule_does_not_fire_on_a_healthy_run(done_run):
 
 # ---- 6. SIGINT / SIGTERM -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_saves_a_checkpoint_then_exits(tmp_path, token_dir, sig, code):
-    from smallinit.checkpoint import list_checkpoints
+    from smallinit.runs.checkpoint import list_checkpoints
 
     run = tmp_path / "run"
     log = tmp_path / "stderr.log"
-    args = [sys.executable, "-m", "smallinit", "train", "--config", "tiny", "--out", str(run),
-            *tiny_overrides(token_dir, **{"train.max_steps": 5000, "train.ckpt_every": 1000, "train.progress": "true",
-                                          "train.progress_seconds": 0})]
+    args = [
+        sys.executable,
+        "-m",
+        "smallinit",
+        "train",
+        "--config",
+        "tiny",
+        "--out",
+        str(run),
+        *tiny_overrides(
+            token_dir,
+            **{
+                "train.max_steps": 5000,
+                "train.ckpt_every": 1000,
+                "train.progress": "true",
+                "train.progress_seconds": 0,
+            },
+        ),
+    ]
     with open(log, "w") as err:
         p = subprocess.Popen(args, stderr=err, stdout=subprocess.DEVNULL)
         deadline = time.time() + 600
@@ -309,9 +339,10 @@ def test_progress_lines_in_a_log_file_and_a_bar_on_a_terminal():
 
 # ---- the policy itself ---------------------------------------------------------------------------------------
 
+
 def test_output_policy_rules(tmp_path):
-    from smallinit.errors import ConfigError
-    from smallinit.outputs import check_out_dir, check_out_file, output_kind, staged_dir
+    from smallinit.core.errors import ConfigError
+    from smallinit.core.outputs import check_out_dir, check_out_file, output_kind, staged_dir
 
     data = tmp_path / "data"
     data.mkdir()
@@ -366,12 +397,16 @@ def test_output_policy_rules(tmp_path):
 
 # ---- sweep / reproduce lock, scaling and compare refusals (the library functions of the experiments) -------
 
+
 def test_a_second_sweep_or_reproduce_on_one_folder_is_refused_and_records_nothing(tmp_path, token_dir, capsys):
     from smallinit.train.loop import RunLock
 
     spec = tmp_path / "sweep.yaml"
-    spec.write_text("base: tiny\noverrides: [" + ", ".join(f"'{o}'" for o in tiny_overrides(
-        token_dir, **{"train.max_steps": 2})) + "]\ngrid:\n  model.gamma: [0.5, 1.0]\n")
+    spec.write_text(
+        "base: tiny\noverrides: ["
+        + ", ".join(f"'{o}'" for o in tiny_overrides(token_dir, **{"train.max_steps": 2}))
+        + "]\ngrid:\n  model.gamma: [0.5, 1.0]\n"
+    )
     for argv, out in ((["sweep", str(spec)], tmp_path / "sw"), (["reproduce", "--preset", "demo"], tmp_path / "rp")):
         out.mkdir()
         with RunLock(out):  # another invocation holds the folder
@@ -382,8 +417,8 @@ def test_a_second_sweep_or_reproduce_on_one_folder_is_refused_and_records_nothin
 
 
 def test_scaling_refuses_mixed_tokenizers_and_flags_budgets(tmp_path, done_run, capsys):
+    from smallinit.analysis.scaling import check_comparable, runs_table
     from smallinit.data.tokenizer import byte_tokenizer
-    from smallinit.scaling import check_comparable, runs_table
 
     a, b = tmp_path / "a", tmp_path / "b"
     shutil.copytree(done_run, a)
@@ -406,6 +441,7 @@ def test_compare_counts_are_checked_up_front(done_run, tmp_path, capsys):
 
 
 # ---- damaged runs and foreign bytes (found by an attack on the CLI, 2026-12-01) --------------------------------
+
 
 def _copy(done_run: Path, tmp_path: Path) -> Path:
     import shutil
@@ -463,8 +499,25 @@ def test_what_the_os_refuses_is_one_error_line_naming_the_file(tmp_path, done_ru
 
 
 def test_an_anchor_folder_is_continued_only_with_its_own_config(tmp_path, capsys):
-    small = ["--steps", "2", "--set", "n_train=64", "--set", "n_test=16", "--set", "eval_every=1", "--set",
-             "d_model=16", "--set", "n_layers=1", "--set", "n_heads=2", "--set", "d_ff=32", "--quiet"]
+    small = [
+        "--steps",
+        "2",
+        "--set",
+        "n_train=64",
+        "--set",
+        "n_test=16",
+        "--set",
+        "eval_every=1",
+        "--set",
+        "d_model=16",
+        "--set",
+        "n_layers=1",
+        "--set",
+        "n_heads=2",
+        "--set",
+        "d_ff=32",
+        "--quiet",
+    ]
     out = tmp_path / "anchor"
     assert cli(["anchor", "--out", str(out), "--gamma", "1.0", *small]) == 0
     result = (out / "result.json").read_text()
@@ -561,12 +614,20 @@ def test_plot_never_writes_over_a_users_index_and_a_replot_leaves_no_stale_figur
 def test_two_sigints_at_once_are_one_clean_stop(tmp_path, token_dir):
     """Ctrl-C under a sweep reaches a run twice (the terminal's SIGINT to the process group and the runner's
     forwarded one): the run must still checkpoint at its stop step, not die at once (a second SIGINT later does)."""
-    from smallinit.checkpoint import list_checkpoints
+    from smallinit.runs.checkpoint import list_checkpoints
 
     run = tmp_path / "run"
-    args = [sys.executable, "-m", "smallinit", "train", "--config", "tiny", "--out", str(run),
-            *tiny_overrides(token_dir, **{"train.max_steps": 5000, "train.ckpt_every": 1000,
-                                          "train.compile": False})]  # eager: it checkpoints within the 0.3 s gap
+    args = [
+        sys.executable,
+        "-m",
+        "smallinit",
+        "train",
+        "--config",
+        "tiny",
+        "--out",
+        str(run),
+        *tiny_overrides(token_dir, **{"train.max_steps": 5000, "train.ckpt_every": 1000, "train.compile": False}),
+    ]  # eager: it checkpoints within the 0.3 s gap
     with open(tmp_path / "err.log", "w") as err:
         p = subprocess.Popen(args, stderr=err, stdout=subprocess.DEVNULL)
         deadline = time.time() + 600
@@ -585,13 +646,14 @@ def test_two_sigints_at_once_are_one_clean_stop(tmp_path, token_dir):
 
 # ---- issue 32 (D): a resume re-verifies the data; doctor reports data that is no longer the run's ---------------
 
+
 def test_resume_and_doctor_verify_the_data_is_still_the_runs(tmp_path, token_dir, capsys):
     """ids ≥ vocab written into train.bin after the start used to give an IndexError mid-run; data prepared again
     with --force under another tokenizer (same vocabulary size) resumed silently and doctor called the run healthy."""
     import numpy as np
 
     from smallinit.data import prepare_corpus
-    from smallinit.doctor import check_run
+    from smallinit.runs.doctor import check_run
 
     data = tmp_path / "data"
     shutil.copytree(token_dir, data)
@@ -616,8 +678,16 @@ def test_resume_and_doctor_verify_the_data_is_still_the_runs(tmp_path, token_dir
     (data / "train.bin").write_bytes(original)
 
     # 2. the data folder prepared again (--force) under another tokenizer of the same vocabulary size
-    prepare_corpus(["builtin:stdlib"], data, tokenizer="bpe", vocab_size=512, val_fraction=0.1, progress=False,
-                   max_bytes=150_000, force=True)
+    prepare_corpus(
+        ["builtin:stdlib"],
+        data,
+        tokenizer="bpe",
+        vocab_size=512,
+        val_fraction=0.1,
+        progress=False,
+        max_bytes=150_000,
+        force=True,
+    )
     assert json.loads((data / "meta.json").read_text())["vocab_size"] == 512
     assert cli(["train", "--resume", str(run), "--max-steps", "6"]) == 2
     err = one_error(capsys)
@@ -627,11 +697,13 @@ def test_resume_and_doctor_verify_the_data_is_still_the_runs(tmp_path, token_dir
     assert cli(["doctor", str(run)]) == 1
     assert "is not the tokenizer" in capsys.readouterr().out
     assert snapshot(run) == before
-    prepare_corpus(["builtin:stdlib"], data, tokenizer="byte", val_fraction=0.1, progress=False, max_bytes=150_000,
-                   force=True)  # another vocabulary size: named as such (it used to blame an edited config.yaml)
+    prepare_corpus(
+        ["builtin:stdlib"], data, tokenizer="byte", val_fraction=0.1, progress=False, max_bytes=150_000, force=True
+    )  # another vocabulary size: named as such (it used to blame an edited config.yaml)
     assert cli(["train", "--resume", str(run), "--max-steps", "6"]) == 2
-    assert f"{data}: holds a vocabulary of 257 tokens (meta.json), but run {run} was trained with 512" in \
-        one_error(capsys)
+    assert f"{data}: holds a vocabulary of 257 tokens (meta.json), but run {run} was trained with 512" in one_error(
+        capsys
+    )
     assert snapshot(run) == before
 
     # 3. the run's own data back: the resume goes on
@@ -642,6 +714,7 @@ def test_resume_and_doctor_verify_the_data_is_still_the_runs(tmp_path, token_dir
 
 
 # ---- issue 32 (E): --force replaces only what the command wrote ---------------------------------------------
+
 
 def test_force_never_deletes_files_the_user_added_to_an_export_or_a_data_folder(tmp_path, done_run, capsys):
     """`export RUN HFDIR --force` and `prepare … --out D --force` used to delete notes.txt and mine/ added there."""
@@ -656,8 +729,10 @@ def test_force_never_deletes_files_the_user_added_to_an_export_or_a_data_folder(
         (d / "mine" / "x.txt").write_text("mine")
     before = {d: snapshot(d) for d in (hf, data)}
     capsys.readouterr()
-    for argv, d in ((["export", str(done_run), "--to", "hf", str(hf), "--force"], hf),
-                    (["prepare", str(text), "--out", str(data), "--tokenizer", "byte", "--force", "--no-progress"], data)):
+    for argv, d in (
+        (["export", str(done_run), "--to", "hf", str(hf), "--force"], hf),
+        (["prepare", str(text), "--out", str(data), "--tokenizer", "byte", "--force", "--no-progress"], data),
+    ):
         assert cli(argv) == 2
         err = one_error(capsys)
         assert "mine/, notes.txt" in err and "did not write" in err, err

@@ -19,21 +19,38 @@ TEST = Preset(  # fixture-sized, in-process: every claim in about a minute on 2 
     budget="seconds (test only)",
     description="fixture-sized models for the test suite",
     claims=tuple(range(1, 12)),
-    base={"model": {"preset": "tiny", "max_seq_len": 32},
-          "data": {"seq_len": 32, "val_batches": 2, "tune_batches": 1, "bos": True},
-          "optim": {"warmup_steps": 2},
-          "train": {"batch_size": 4, "log_every": 2, "eval_every": 4, "ckpt_every": 8, "keep_ckpts": 1, "threads": 1},
-          "probe": {"every": 2, "heatmaps": ["blocks.0.attn.q"]}},
-    sizes={"d16": shape(16, 1, 2, 32, 8), "d32": shape(32, 1, 2, 64, 8), "d48": shape(48, 1, 2, 96, 8),
-           "d32-moe": shape(32, 1, 2, 64, 8, **{"model.moe.n_experts": 2, "model.moe.top_k": 1,
-                                                  "model.moe.d_expert": 32})},
-    main_size="d32", probe_size="d32", shrink_sizes=("d16", "d32"), scaling_sizes=("d16", "d32", "d48"),
+    base={
+        "model": {"preset": "tiny", "max_seq_len": 32},
+        "data": {"seq_len": 32, "val_batches": 2, "tune_batches": 1, "bos": True},
+        "optim": {"warmup_steps": 2},
+        "train": {"batch_size": 4, "log_every": 2, "eval_every": 4, "ckpt_every": 8, "keep_ckpts": 1, "threads": 1},
+        "probe": {"every": 2, "heatmaps": ["blocks.0.attn.q"]},
+    },
+    sizes={
+        "d16": shape(16, 1, 2, 32, 8),
+        "d32": shape(32, 1, 2, 64, 8),
+        "d48": shape(48, 1, 2, 96, 8),
+        "d32-moe": shape(32, 1, 2, 64, 8, **{"model.moe.n_experts": 2, "model.moe.top_k": 1, "model.moe.d_expert": 32}),
+    },
+    main_size="d32",
+    probe_size="d32",
+    shrink_sizes=("d16", "d32"),
+    scaling_sizes=("d16", "d32", "d48"),
     moe_size="d32-moe",
     lrs=(3e-3, 1e-2),
     seeds={1: 2, 9: 2},
     gammas=(0.5, 1.0, 1.5),
-    anchor={"steps": 20, "n_train": 256, "n_test": 64, "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32,
-            "eval_every": 10, "threads": 1},
+    anchor={
+        "steps": 20,
+        "n_train": 256,
+        "n_test": 64,
+        "d_model": 16,
+        "n_layers": 1,
+        "n_heads": 2,
+        "d_ff": 32,
+        "eval_every": 10,
+        "threads": 1,
+    },
     anchor_lrs=(1e-3, 3e-3),
     corpus={"inputs": ["builtin:stdlib"], "vocab_size": 512, "max_bytes": 400_000, "val_fraction": 0.1, "name": "test"},
     compare_tokens=256,
@@ -72,8 +89,11 @@ def test_reproduce_writes_claims_and_a_self_contained_report(test_report):
     # verdicts follow from the recorded effects (never hand-written): a supported claim has every part above 0
     for c in data["claims"]:
         if c["verdict"] == "supported":
-            assert c["effects"] and all(e["lo"] is not None and e["lo"] > 0 for e in c["effects"]
-                                        if e["label"][:3] in ("(a)", "(b)") or len(c["effects"]) == 1)
+            assert c["effects"] and all(
+                e["lo"] is not None and e["lo"] > 0
+                for e in c["effects"]
+                if e["label"][:3] in ("(a)", "(b)") or len(c["effects"]) == 1
+            )
 
     html = (out / "index.html").read_text()
     p = _Refs()
@@ -113,8 +133,8 @@ def test_gpu_dry_run_prints_the_plan_and_its_cost(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "phase 1:" in text and "phase 2:" in text and "device-hours" in text
     assert "1.5b-g1-e1e-12-elementwise-lr0.003-s0" in text  # paper-sized runs, named by their setting
-    assert "0.5b-moe-g1-e1e-12-elementwise" in text          # claim 10's MoE
-    assert not (tmp_path / "gpu" / "runs").exists()            # nothing ran
+    assert "0.5b-moe-g1-e1e-12-elementwise" in text  # claim 10's MoE
+    assert not (tmp_path / "gpu" / "runs").exists()  # nothing ran
 
 
 def test_demo_plan_covers_its_claims_with_three_models_and_a_crossover():
@@ -161,9 +181,15 @@ def test_claim_1_from_a_crossover_and_claim_7_on_its_largest_budget(tmp_path, to
 
     from smallinit.experiments.presets import CrossoverPlan
 
-    p = dataclasses.replace(TEST, name="test-x", claims=(1, 7), seeds={},
-                            crossover=CrossoverPlan(size="d32", tokens=4 * 32 * 40, seeds=2, fractions=(0.25, 0.5, 1.0),
-                                                    overrides={"probe.every": 0}))
+    p = dataclasses.replace(
+        TEST,
+        name="test-x",
+        claims=(1, 7),
+        seeds={},
+        crossover=CrossoverPlan(
+            size="d32", tokens=4 * 32 * 40, seeds=2, fractions=(0.25, 0.5, 1.0), overrides={"probe.every": 0}
+        ),
+    )
     out = tmp_path / "out"
     res = {c["id"]: c for c in reproduce(p, out, token_dir, log=lambda s: None)}
     x = json.loads((out / "crossover" / "crossover.json").read_text())
@@ -174,7 +200,11 @@ def test_claim_1_from_a_crossover_and_claim_7_on_its_largest_budget(tmp_path, to
     assert not (out / "runs").exists() or not list((out / "runs").glob("*paper*"))  # no separate claim-1 runs
     # every seed pair, each binned by the other seed of *both* arms (a reference symmetric in A and B)
     assert sorted(r.split("/", 2)[-1] for r in res[7]["runs"]) == [
-        "baseline/seed0/D5120", "baseline/seed1/D5120", "paper/seed0/D5120", "paper/seed1/D5120"]
+        "baseline/seed0/D5120",
+        "baseline/seed1/D5120",
+        "paper/seed0/D5120",
+        "paper/seed1/D5120",
+    ]
     assert any("seed 0: bins by the mean per-token loss of seed 1 of each arm" in n for n in res[7]["notes"])
     assert res[7]["numbers"]["seed_pairs"] == 2
     mtimes = {q: q.stat().st_mtime_ns for q in (out / "crossover").glob("runs/*/*/*/summary.json")}
@@ -194,9 +224,16 @@ def test_claim_6_trains_its_own_pair_when_the_crossover_tunes_rates_per_arm(tmp_
     from smallinit.experiments.claims import c06_condensation
     from smallinit.experiments.presets import CrossoverPlan
 
-    xp = CrossoverPlan(size="d32", tokens=4 * 32 * 40, seeds=1, fractions=(0.25, 0.5, 1.0),
-                       arms=("baseline", "paper", "gamma-only"), lrs=(3e-3, 1e-2), tune_fraction=0.25,
-                       overrides={"probe.every": 8})
+    xp = CrossoverPlan(
+        size="d32",
+        tokens=4 * 32 * 40,
+        seeds=1,
+        fractions=(0.25, 0.5, 1.0),
+        arms=("baseline", "paper", "gamma-only"),
+        lrs=(3e-3, 1e-2),
+        tune_fraction=0.25,
+        overrides={"probe.every": 8},
+    )
     p = dataclasses.replace(TEST, name="test-x6", claims=(1, 6), seeds={}, crossover=xp)
     assert set(c06_condensation.arms(p)) == {"small", "std"}
     assert c06_condensation.arms(dataclasses.replace(p, crossover=dataclasses.replace(xp, lrs=()))) == {}
@@ -206,7 +243,9 @@ def test_claim_6_trains_its_own_pair_when_the_crossover_tunes_rates_per_arm(tmp_
     assert lr, res[6]["measured"]
     assert res[6]["runs"] and all(f"-lr{lr.group(1).rstrip(';,')}-s0" in r for r in res[6]["runs"])
     assert res[6]["verdict"] in VERDICTS and res[6]["numbers"]["matrices"] > 0
-    probes = [json.loads(l)["step"] for l in (out / "runs" / res[6]["runs"][0] / "probes.jsonl").read_text().splitlines()]
+    probes = [
+        json.loads(l)["step"] for l in (out / "runs" / res[6]["runs"][0] / "probes.jsonl").read_text().splitlines()
+    ]
     assert probes[:2] == [0, 1]  # the early probe below probe.every = 2
     x = json.loads((out / "crossover" / "crossover.json").read_text())
     assert set(x["tuning"]) == {"baseline", "paper", "gamma-only"}
@@ -220,12 +259,31 @@ def _extra_preset():
 
     xp = CrossoverPlan(size="d32", tokens=4 * 32 * 40, seeds=1, fractions=(0.5, 1.0), overrides={"probe.every": 0})
     gam = {f"g{g:g}": (g, 1e-12, "elementwise") for g in (0.5, 1.0, 1.5)}
-    extras = (dataclasses.replace(xp, claim=10, size="d32-moe"),
-              dataclasses.replace(xp, claim=5, arms=tuple(gam), settings=gam),
-              *(dataclasses.replace(xp, claim=2, label=z, size=z, tokens=0, tokens_per_param=0.5,
-                                    arms=tuple(SHRINK_ARMS), settings=dict(SHRINK_ARMS)) for z in ("d16", "d32")))
-    return dataclasses.replace(TEST, name="test-extra", claims=(1, 2, 5, 10), seeds={}, extra_crossovers=extras,
-                               crossover=dataclasses.replace(xp, seeds=2))
+    extras = (
+        dataclasses.replace(xp, claim=10, size="d32-moe"),
+        dataclasses.replace(xp, claim=5, arms=tuple(gam), settings=gam),
+        *(
+            dataclasses.replace(
+                xp,
+                claim=2,
+                label=z,
+                size=z,
+                tokens=0,
+                tokens_per_param=0.5,
+                arms=tuple(SHRINK_ARMS),
+                settings=dict(SHRINK_ARMS),
+            )
+            for z in ("d16", "d32")
+        ),
+    )
+    return dataclasses.replace(
+        TEST,
+        name="test-extra",
+        claims=(1, 2, 5, 10),
+        seeds={},
+        extra_crossovers=extras,
+        crossover=dataclasses.replace(xp, seeds=2),
+    )
 
 
 def test_further_crossovers_answer_claims_2_5_and_10(tmp_path, token_dir):
@@ -239,13 +297,18 @@ def test_further_crossovers_answer_claims_2_5_and_10(tmp_path, token_dir):
     res = {c["id"]: c for c in reproduce(p, out, token_dir, log=lambda s: None)}
     assert not (out / "runs").exists() or not any((out / "runs").iterdir())
     assert sorted(crossover_folder(xp) for xp in p.extra_crossovers) == [
-        "crossover-c10", "crossover-c2-d16", "crossover-c2-d32", "crossover-c5"]
+        "crossover-c10",
+        "crossover-c2-d16",
+        "crossover-c2-d32",
+        "crossover-c5",
+    ]
     for c in (2, 5, 10):
         assert res[c]["verdict"] in VERDICTS and "crossover" in json.dumps(res[c]["runs"])
     floor = json.loads((out / "claims.json").read_text())["crossover_noise_floor"]
     assert floor is not None and floor > 0  # claim 1's two seeds
-    assert res[10]["effects"][0]["value"] == pytest.approx(json.loads(
-        (out / "crossover-c10" / "crossover.json").read_text())["analyses"]["paper"]["gap"][-1]["value"])
+    assert res[10]["effects"][0]["value"] == pytest.approx(
+        json.loads((out / "crossover-c10" / "crossover.json").read_text())["analyses"]["paper"]["gap"][-1]["value"]
+    )
     assert set(res[5]["numbers"]["loss_by_gamma"]) == {"0.5", "1", "1.5"}
     tpp = res[2]["numbers"]["tokens_per_param"]
     assert len(tpp) == 2 and max(tpp.values()) / min(tpp.values()) < 1.1  # equal tokens per parameter: no confound
@@ -276,8 +339,7 @@ def test_a_preset_corpus_can_be_byte_level(tmp_path):
     assert get_preset("cpu").corpus["tokenizer"] == "byte"
     text = tmp_path / "t.txt"
     text.write_text("small init matters. " * 2000)
-    p = dataclasses.replace(TEST, corpus={"inputs": [str(text)], "tokenizer": "byte", "val_fraction": 0.1,
-                                          "name": "b"})
+    p = dataclasses.replace(TEST, corpus={"inputs": [str(text)], "tokenizer": "byte", "val_fraction": 0.1, "name": "b"})
     logs: list[str] = []
     path = ensure_corpus(p, None, tmp_path / "out", logs.append)
     assert json.loads((path / "meta.json").read_text())["vocab_size"] == 257
@@ -315,8 +377,9 @@ def test_the_learning_rate_paragraph_names_the_anchor_tasks_own_rate():
     from smallinit.experiments.report import build_blocks
 
     def lr_paragraph(preset):
-        blocks = build_blocks(preset=preset, claims=[], lr_tables={}, regime=[], corpus={}, timings={}, plan_text="",
-                              lr_plot=None)
+        blocks = build_blocks(
+            preset=preset, claims=[], lr_tables={}, regime=[], corpus={}, timings={}, plan_text="", lr_plot=None
+        )
         i = blocks.index(("h2", "Learning rates", "lr"))
         return blocks[i + 1][1]
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from smallinit.errors import SmallinitError
-from smallinit.scaling import EffectiveSize, ScalingError, ScalingFit, effective_size, fit_scaling_law, predict
+from smallinit.analysis.scaling import EffectiveSize, ScalingError, ScalingFit, effective_size, fit_scaling_law, predict
+from smallinit.core.errors import SmallinitError
 
 
 def _law(N: np.ndarray, E: float, A: float, alpha: float) -> np.ndarray:
@@ -76,12 +76,7 @@ def test_repeated_sizes_count_once() -> None:
 
 
 @pytest.mark.parametrize(
-    "N,L",
-    [
-        ([1e6, 1e7], [3.0, 2.8]),
-        ([1e6, 1e6, 1e7, 1e7, 1e7], [3.0, 3.01, 2.8, 2.79, 2.81]),
-        ([5e6], [3.0]),
-    ],
+    "N,L", [([1e6, 1e7], [3.0, 2.8]), ([1e6, 1e6, 1e7, 1e7, 1e7], [3.0, 3.01, 2.8, 2.79, 2.81]), ([5e6], [3.0])]
 )
 def test_fewer_than_three_sizes_is_refused(N: list[float], L: list[float]) -> None:
     with pytest.raises(ScalingError, match=">= 3 distinct sizes") as info:

@@ -1,4 +1,4 @@
-"""`smallinit scaling` and `smallinit.scaling.runs_table`: fake run dirs from a known law, and one real run."""
+"""`smallinit scaling` and `smallinit.analysis.scaling.runs_table`: fake run dirs from a known law, and one real run."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from smallinit.cli import main
-from smallinit.scaling import runs_table
-from smallinit.train import load_config, train
-
 from conftest import tiny_overrides
+
+from smallinit.analysis.scaling import runs_table
+from smallinit.cli import main
+from smallinit.train import load_config, train
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 E, A, ALPHA = 1.8, 40.0, 0.3
@@ -26,15 +25,17 @@ def n_for_loss(L: float) -> float:
     return (A / (L - E)) ** (1 / ALPHA)
 
 
-def fake_run(root: Path, name: str, N: int, loss: float | None, gamma: float, gate: str = "none",
-             summary: bool = True) -> Path:
+def fake_run(
+    root: Path, name: str, N: int, loss: float | None, gamma: float, gate: str = "none", summary: bool = True
+) -> Path:
     rd = root / name
     rd.mkdir(parents=True)
-    cfg = {"model": {"gamma": gamma, "gate": gate, "d_model": int(N ** 0.5)}, "train": {"progress": False}}
+    cfg = {"model": {"gamma": gamma, "gate": gate, "d_model": int(N**0.5)}, "train": {"progress": False}}
     (rd / "config.yaml").write_text(yaml.safe_dump(cfg))
     if summary:
-        (rd / "summary.json").write_text(json.dumps(
-            {"completed": True, "step": 100, "final_val_loss": loss, "non_embedding_params": N}))
+        (rd / "summary.json").write_text(
+            json.dumps({"completed": True, "step": 100, "final_val_loss": loss, "non_embedding_params": N})
+        )
     return rd
 
 
@@ -57,8 +58,11 @@ def test_recovers_the_constructed_gain(tmp_path, capsys) -> None:
     res = json.loads((out / "scaling.json").read_text())
     assert sorted(r["run"] for r in res["baseline"]["runs"]) == sorted(map(str, base))
     f = res["fit"]
-    assert (f["E"], f["A"], f["alpha"]) == (pytest.approx(E, rel=1e-4), pytest.approx(A, rel=1e-3),
-                                            pytest.approx(ALPHA, rel=1e-4))
+    assert (f["E"], f["A"], f["alpha"]) == (
+        pytest.approx(E, rel=1e-4),
+        pytest.approx(A, rel=1e-3),
+        pytest.approx(ALPHA, rel=1e-4),
+    )
     assert max(abs(r) for r in f["residuals"]) < 1e-8
     gains = {Path(v["run"]).name: v for v in res["variants"]}
     assert gains["small_1M"]["gain"] == pytest.approx(0.44, abs=1e-4)
@@ -69,7 +73,10 @@ def test_recovers_the_constructed_gain(tmp_path, capsys) -> None:
     # variants are grouped by the baseline key; what else differs from the same-size baseline is listed
     assert set(res["groups"]) == {"model.gamma=1.0", "model.gamma=0.75"}
     assert res["groups"]["model.gamma=1.0"]["mean_gain"] == pytest.approx((0.44 + 0.20) / 2, abs=1e-4)
-    assert gains["small_1M"]["differs_from_baseline"] == {"model.gamma": [1.0, 0.5], "model.gate": ["elementwise", "none"]}
+    assert gains["small_1M"]["differs_from_baseline"] == {
+        "model.gamma": [1.0, 0.5],
+        "model.gate": ["elementwise", "none"],
+    }
     assert (out / "scaling.png").read_bytes()[:8] == PNG_MAGIC
     printed = capsys.readouterr().out
     assert "+44.0%" in printed and "+20.0%" in printed and "α = 0.3000" in printed
@@ -159,8 +166,12 @@ def test_runs_table_on_a_real_run_without_summary(token_dir, tmp_path) -> None:
     train(load_config("tiny", tiny_overrides(token_dir, **{"train.max_steps": 2})), rd)
     summary = json.loads((rd / "summary.json").read_text())
     full = runs_table([rd])[0]
-    assert (full.N, full.loss, full.completed, full.note) == (summary["non_embedding_params"],
-                                                             summary["final_val_loss"], True, "")
+    assert (full.N, full.loss, full.completed, full.note) == (
+        summary["non_embedding_params"],
+        summary["final_val_loss"],
+        True,
+        "",
+    )
     (rd / "summary.json").unlink()
     p = runs_table([rd])[0]
     assert p.N == summary["non_embedding_params"]

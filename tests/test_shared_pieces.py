@@ -1,5 +1,5 @@
-"""The one place of each shared piece: reading a run directory (smallinit.rundir), figures and the HTML page
-(smallinit.figures), the device resolver (smallinit.device); jobs as library calls (smallinit.experiments.job)
+"""The one place of each shared piece: reading a run directory (smallinit.runs.rundir), figures and the HTML page
+(smallinit.core.figures), the device resolver (smallinit.core.device); jobs as library calls (smallinit.experiments.job)
 and the claim registry."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import warnings
 
 import pytest
 
-from smallinit.errors import ConfigError, RunDirError
-
+from smallinit.core.errors import ConfigError, RunDirError
 
 # ---- rundir ------------------------------------------------------------------------------------------
+
 
 def _run(tmp_path, name="r", metrics=(), probes=(), summary=None, config=True):
     rd = tmp_path / name
@@ -29,12 +29,17 @@ def _run(tmp_path, name="r", metrics=(), probes=(), summary=None, config=True):
 
 
 def test_run_state_and_collect_run(tmp_path):
-    from smallinit.rundir import collect_run, last_step, last_val_loss, read_metrics, run_state
+    from smallinit.runs.rundir import collect_run, last_step, last_val_loss, read_metrics, run_state
 
     assert run_state(tmp_path / "absent") == "new"
-    rd = _run(tmp_path, metrics=[{"step": 2, "loss": 5.0, "val_loss": 5.5, "tokens": 10},
-                                 {"step": 4, "loss": 4.0, "tune_loss": 4.8, "tokens": 20},
-                                 {"step": 2, "loss": 4.9}])  # a resumed run repeats step 2
+    rd = _run(
+        tmp_path,
+        metrics=[
+            {"step": 2, "loss": 5.0, "val_loss": 5.5, "tokens": 10},
+            {"step": 4, "loss": 4.0, "tune_loss": 4.8, "tokens": 20},
+            {"step": 2, "loss": 4.9},
+        ],
+    )  # a resumed run repeats step 2
     assert run_state(rd) == "partial" and last_step(rd) == 2
     assert [m["step"] for m in read_metrics(rd, by_step=True)] == [2, 4]
     assert read_metrics(rd, by_step=True)[0]["loss"] == 4.9  # the last record of a repeated step
@@ -49,7 +54,7 @@ def test_run_state_and_collect_run(tmp_path):
 
 
 def test_read_config_and_load_run_refuse_a_non_run(tmp_path):
-    from smallinit.rundir import load_run, read_config
+    from smallinit.runs.rundir import load_run, read_config
 
     rd = _run(tmp_path, config=False)
     with pytest.raises(RunDirError, match="no config.yaml"):
@@ -60,8 +65,8 @@ def test_read_config_and_load_run_refuse_a_non_run(tmp_path):
 
 
 def test_one_list_of_ignored_keys_in_every_comparison():
-    from smallinit.rundir import IGNORED_IN_COMPARISON, compared_diff, config_mismatch
-    from smallinit.train.config import load_config
+    from smallinit.config import load_config
+    from smallinit.runs.rundir import IGNORED_IN_COMPARISON, compared_diff, config_mismatch
 
     a = load_config("tiny", ["optim.lr=0.002"]).to_dict()
     b = load_config("tiny", ["optim.lr=0.002", "train.threads=3", "train.progress=false", "model.vocab_size=999"])
@@ -83,8 +88,9 @@ def test_plot_labels_and_scaling_differences_use_the_same_list():
 
 # ---- figures -----------------------------------------------------------------------------------------
 
+
 def test_save_png_is_atomic_and_closes_the_figure(tmp_path):
-    from smallinit.figures import pyplot, save_png
+    from smallinit.core.figures import pyplot, save_png
 
     plt = pyplot()
     fig, ax = plt.subplots()
@@ -96,7 +102,7 @@ def test_save_png_is_atomic_and_closes_the_figure(tmp_path):
 
 
 def test_html_page_escapes_and_is_written_whole(tmp_path):
-    from smallinit.figures import html_page, write_html
+    from smallinit.core.figures import html_page, write_html
 
     page = html_page("a <b> & c", ["<p>body</p>"])
     assert page.startswith("<!DOCTYPE html>") and "<title>a &lt;b&gt; &amp; c</title>" in page
@@ -107,31 +113,43 @@ def test_html_page_escapes_and_is_written_whole(tmp_path):
 
 
 def _bins(means):
-    return [{"name": f"b{i}", "difficulty": [i, i + 1], "count": 10,
-             "delta_sym": {"mean": m, "ci95": None if m is None else [m - 0.1, m + 0.1]}} for i, m in enumerate(means)]
+    return [
+        {
+            "name": f"b{i}",
+            "difficulty": [i, i + 1],
+            "count": 10,
+            "delta_sym": {"mean": m, "ci95": None if m is None else [m - 0.1, m + 0.1]},
+        }
+        for i, m in enumerate(means)
+    ]
 
 
 def test_delta_by_bin_and_scaling_figures(tmp_path):
-    from smallinit.figures import plot_delta_by_bin, plot_scaling
+    from smallinit.core.figures import plot_delta_by_bin, plot_scaling
 
     assert plot_delta_by_bin({"bins": _bins([None, None]), "overall": {"count": 0}}, tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
-    res = {"bins": _bins([0.1, -0.2, None]), "overall": {"count": 30},
-           "by_source": {"en": {"bins": _bins([0.2, 0.0, 0.1]), "overall": {"count": 15}}}}
+    res = {
+        "bins": _bins([0.1, -0.2, None]),
+        "overall": {"count": 30},
+        "by_source": {"en": {"bins": _bins([0.2, 0.0, 0.1]), "overall": {"count": 15}}},
+    }
     assert plot_delta_by_bin(res, tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"
     assert plot_scaling(tmp_path / "s0.png", [], {}, None) is None
     fit = {"E": 1.0, "A": 10.0, "alpha": 0.3}
-    p = plot_scaling(tmp_path / "s.png", [(1e5, 3.0), (2e5, 2.8), (4e5, 2.6)], {"v": [(2e5, 2.7, 0.4), (4e5, 2.5, None)]},
-                     fit)
+    p = plot_scaling(
+        tmp_path / "s.png", [(1e5, 3.0), (2e5, 2.8), (4e5, 2.6)], {"v": [(2e5, 2.7, 0.4), (4e5, 2.5, None)]}, fit
+    )
     assert p.read_bytes()[:4] == b"\x89PNG"
 
 
 # ---- device -------------------------------------------------------------------------------------------
 
+
 def test_one_device_resolver():
     import torch
 
-    from smallinit.device import resolve_device
+    from smallinit.core.device import resolve_device
 
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
@@ -147,12 +165,13 @@ def test_one_device_resolver():
 
 # ---- jobs -------------------------------------------------------------------------------------------
 
+
 def test_a_gamma_set_in_a_preset_reaches_the_trainer_as_a_typed_config(tmp_path, monkeypatch):
     import smallinit.train
+    from smallinit.config import RunConfig
     from smallinit.experiments.job import run_job
     from smallinit.experiments.plan import lm_job
     from smallinit.experiments.presets import Arm, get_preset
-    from smallinit.train.config import RunConfig
 
     p = get_preset("demo")
     a = Arm(p.main_size, 0.875, 1e-12, "headwise", bos=False)
@@ -169,9 +188,9 @@ def test_a_gamma_set_in_a_preset_reaches_the_trainer_as_a_typed_config(tmp_path,
 
 
 def test_job_files_round_trip_typed_configs(tmp_path):
+    from smallinit.config import load_config
     from smallinit.experiments.anchor import AnchorConfig
     from smallinit.experiments.job import Job, read_job_file, write_job_file
-    from smallinit.train.config import load_config
 
     cfg = load_config("tiny", ["model.gamma=1.25", "data.path=/x"])
     back = read_job_file(write_job_file(Job("n", tmp_path / "n", "train", cfg), tmp_path / "n.json"))
@@ -185,10 +204,17 @@ def test_job_files_round_trip_typed_configs(tmp_path):
 
 
 def test_the_job_entry_reports_one_error_line(tmp_path):
-    (tmp_path / "j.json").write_text(json.dumps({"task": "anchor", "name": "a", "run_dir": str(tmp_path / "a"),
-                                                 "config": {"gamma": 1.0, "steps": 0}}))
-    r = subprocess.run([sys.executable, "-m", "smallinit.experiments.job", str(tmp_path / "j.json")],
-                       capture_output=True, text=True, timeout=120)
+    (tmp_path / "j.json").write_text(
+        json.dumps(
+            {"task": "anchor", "name": "a", "run_dir": str(tmp_path / "a"), "config": {"gamma": 1.0, "steps": 0}}
+        )
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "smallinit.experiments.job", str(tmp_path / "j.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "error: anchor: steps must be > 0" in r.stderr
     assert not (tmp_path / "a").exists()
 
@@ -206,6 +232,7 @@ def test_anchor_config_from_plain_data():
 
 
 # ---- claims -------------------------------------------------------------------------------------------
+
 
 def test_every_claim_module_is_registered_with_its_interface():
     from smallinit.experiments.claims import CLAIMS, REQUIRED, registry
@@ -226,10 +253,10 @@ def test_every_claim_module_is_registered_with_its_interface():
 
 
 def test_a_failed_job_is_recorded_with_its_error_and_log(tmp_path):
+    from smallinit.config import load_config
     from smallinit.experiments.runner import JobRunner
     from smallinit.experiments.sweep import train_job
-    from smallinit.rundir import read_json, run_state
-    from smallinit.train.config import load_config
+    from smallinit.runs.rundir import read_json, run_state
 
     cfg = load_config("tiny", [f"data.path={tmp_path / 'no-data'}", "train.max_steps=2"])
     job = train_job("bad", cfg, tmp_path / "runs")

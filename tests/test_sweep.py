@@ -11,19 +11,26 @@ import time
 
 import pytest
 import yaml
-
-from smallinit.errors import ConfigError
-from smallinit.experiments.sweep import (expand_grid, load_sweep, parse_sweep, run_name, run_state,
-                                         sanitize_name)
-
 from conftest import tiny_overrides
+
+from smallinit.core.errors import ConfigError
+from smallinit.experiments.sweep import expand_grid, load_sweep, parse_sweep, run_name, run_state, sanitize_name
 
 
 def test_grid_is_cartesian_and_runs_are_named_by_differences(token_dir):
-    spec = parse_sweep({"base": "tiny", "overrides": tiny_overrides(token_dir),
-                        "grid": {"model.gamma": [0.5, 1.0], "model.norm_eps": ["1e-5", 1e-12]}})
-    assert [r.name for r in spec.runs] == ["gamma=0.5,norm_eps=1e-05", "gamma=0.5,norm_eps=1e-12",
-                                           "gamma=1,norm_eps=1e-05", "gamma=1,norm_eps=1e-12"]
+    spec = parse_sweep(
+        {
+            "base": "tiny",
+            "overrides": tiny_overrides(token_dir),
+            "grid": {"model.gamma": [0.5, 1.0], "model.norm_eps": ["1e-5", 1e-12]},
+        }
+    )
+    assert [r.name for r in spec.runs] == [
+        "gamma=0.5,norm_eps=1e-05",
+        "gamma=0.5,norm_eps=1e-12",
+        "gamma=1,norm_eps=1e-05",
+        "gamma=1,norm_eps=1e-12",
+    ]
     # values reach the resolved config with their types ("1e-5" parsed as a float)
     assert spec.runs[0].config.model.norm_eps == 1e-5
     assert spec.runs[3].config.model.gamma == 1.0
@@ -69,10 +76,14 @@ def _wait_for(cond, timeout, proc=None, what=""):
 
 @pytest.mark.timeout(240)
 def test_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, token_dir):
-    over = tiny_overrides(token_dir, **{"train.max_steps": 8, "train.ckpt_every": 4, "train.log_every": 4,
-                                        "train.eval_every": 100})
-    sweep = {"base": "tiny", "overrides": over,
-             "runs": [{"model.gamma": 0.5}, {"model.gamma": 0.75, "train.max_steps": 60}, {"model.gamma": 1.0}]}
+    over = tiny_overrides(
+        token_dir, **{"train.max_steps": 8, "train.ckpt_every": 4, "train.log_every": 4, "train.eval_every": 100}
+    )
+    sweep = {
+        "base": "tiny",
+        "overrides": over,
+        "runs": [{"model.gamma": 0.5}, {"model.gamma": 0.75, "train.max_steps": 60}, {"model.gamma": 1.0}],
+    }
     sf = tmp_path / "sweep.yaml"
     sf.write_text(yaml.safe_dump(sweep))
     out = tmp_path / "out"
@@ -83,8 +94,12 @@ def test_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, token_di
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     try:
         _wait_for(lambda: run_state(first) == "done", 120, proc, "the first run to complete")
-        _wait_for(lambda: any((second / "checkpoints").glob("step_*")) if (second / "checkpoints").is_dir() else False,
-                  120, proc, "a checkpoint of the second run")
+        _wait_for(
+            lambda: any((second / "checkpoints").glob("step_*")) if (second / "checkpoints").is_dir() else False,
+            120,
+            proc,
+            "a checkpoint of the second run",
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -130,7 +145,7 @@ def test_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, token_di
 
 
 def test_changed_config_for_an_existing_run_is_refused(tmp_path, token_dir):
-    from smallinit.errors import RunDirError
+    from smallinit.core.errors import RunDirError
     from smallinit.experiments.sweep import run_sweep
 
     over = tiny_overrides(token_dir, **{"train.max_steps": 2, "train.ckpt_every": 2, "train.eval_every": 2})
@@ -148,7 +163,7 @@ def test_another_sweep_into_a_sweep_folder_is_refused_and_a_grown_grid_continues
     the same grid with more runs continues."""
     import json
 
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
     from smallinit.experiments.sweep import run_sweep
 
     over = tiny_overrides(token_dir, **{"train.max_steps": 2, "train.ckpt_every": 2, "train.eval_every": 2})
@@ -159,8 +174,13 @@ def test_another_sweep_into_a_sweep_folder_is_refused_and_a_grown_grid_continues
     with pytest.raises(ConfigError, match="holds another sweep .*its runs a are not in"):
         run_sweep(other, tmp_path, gflops=10, inprocess=True, log=lambda s: None)
     assert (tmp_path / "sweep.json").read_text() == sweep_json and not (tmp_path / "b").exists()
-    grown = parse_sweep({"base": "tiny", "overrides": over,
-                         "runs": [{"name": "a", "model.gamma": 0.5}, {"name": "b", "model.gamma": 1.0}]})
+    grown = parse_sweep(
+        {
+            "base": "tiny",
+            "overrides": over,
+            "runs": [{"name": "a", "model.gamma": 0.5}, {"name": "b", "model.gamma": 1.0}],
+        }
+    )
     run_sweep(grown, tmp_path, gflops=10, inprocess=True, log=lambda s: None)
     assert [r["name"] for r in json.loads((tmp_path / "sweep.json").read_text())["runs"]] == ["a", "b"]
 
@@ -169,20 +189,42 @@ def test_summary_table_includes_probe_values(tmp_path):
     import json
 
     from smallinit.experiments.sweep import RunSpec, SweepSpec, write_summary
-    from smallinit.rundir import summarize_probe_record
+    from smallinit.runs.rundir import summarize_probe_record
 
-    rec = {"step": 10, "uniform_sink": 0.1,
-           "layers": [{"layer": 0, "sink": 0.2, "max_act": 3.0, "attn_norm": {"saturation": 0.9}, "mlp_norm": {"saturation": 0.4}},
-                      {"layer": 1, "sink": 0.6, "max_act": 5.0, "attn_norm": {"saturation": 1.0}, "mlp_norm": {"saturation": None}}],
-           "final_norm": {"saturation": 0.8},
-           "matrices": {"blocks.0.attn.q": {"srank": 4.0, "cond": 0.1}, "blocks.1.mlp.up": {"srank": 2.0, "cond": 0.3},
-                        "tok_emb": {"srank": 100.0, "cond": 0.9}}}
+    rec = {
+        "step": 10,
+        "uniform_sink": 0.1,
+        "layers": [
+            {
+                "layer": 0,
+                "sink": 0.2,
+                "max_act": 3.0,
+                "attn_norm": {"saturation": 0.9},
+                "mlp_norm": {"saturation": 0.4},
+            },
+            {
+                "layer": 1,
+                "sink": 0.6,
+                "max_act": 5.0,
+                "attn_norm": {"saturation": 1.0},
+                "mlp_norm": {"saturation": None},
+            },
+        ],
+        "final_norm": {"saturation": 0.8},
+        "matrices": {
+            "blocks.0.attn.q": {"srank": 4.0, "cond": 0.1},
+            "blocks.1.mlp.up": {"srank": 2.0, "cond": 0.3},
+            "tok_emb": {"srank": 100.0, "cond": 0.9},
+        },
+    }
     s = summarize_probe_record(rec)
     assert s["sink"] == pytest.approx(0.4) and s["sink_max"] == 0.6 and s["saturation_min"] == 0.4
     assert s["srank_mean"] == 3.0 and s["cond_mean"] == pytest.approx(0.2) and s["max_act"] == 5.0  # tok_emb excluded
     rd = tmp_path / "a"
     rd.mkdir()
-    (rd / "summary.json").write_text(json.dumps({"completed": True, "final_val_loss": 3.5, "tokens": 100, "wall_time": 2.0}))
+    (rd / "summary.json").write_text(
+        json.dumps({"completed": True, "final_val_loss": 3.5, "tokens": 100, "wall_time": 2.0})
+    )
     (rd / "probes.jsonl").write_text(json.dumps(rec) + "\n")
     spec = SweepSpec({}, [RunSpec("a", {"model.gamma": 1.0}), RunSpec("b", {"model.gamma": 0.5})])
     rows = write_summary(spec, tmp_path)
@@ -193,8 +235,8 @@ def test_summary_table_includes_probe_values(tmp_path):
 
 
 def test_a_field_added_since_a_run_was_written_compares_at_its_default():
-    from smallinit.rundir import config_mismatch
-    from smallinit.train.config import load_config
+    from smallinit.config import load_config
+    from smallinit.runs.rundir import config_mismatch
 
     wanted = load_config("tiny", ["optim.lr=0.002"]).to_dict()
     old = load_config("tiny", ["optim.lr=0.002"]).to_dict()
@@ -210,7 +252,7 @@ def test_an_interrupted_job_exits_128_plus_the_signal_so_the_runner_resumes_it(t
     import signal
 
     import smallinit.experiments.job as job_mod
-    from smallinit.errors import Interrupted
+    from smallinit.core.errors import Interrupted
     from smallinit.experiments.sweep import train_job
 
     spec = parse_sweep({"base": "tiny", "overrides": tiny_overrides(token_dir), "runs": [{"name": "r"}]})
@@ -232,8 +274,15 @@ def test_run_names_taken_by_the_sweeps_own_files_are_refused_up_front(tmp_path, 
     with pytest.raises(ConfigError, match=f"run name '{name}' is taken by the sweep's own files"):
         parse_sweep({"base": "tiny", "runs": [{"name": name, "model.gamma": 1.0}, {"name": "ok"}]})
     spec = tmp_path / "s.yaml"
-    spec.write_text(yaml.safe_dump({"base": "tiny", "overrides": tiny_overrides(token_dir, **{"train.max_steps": 2}),
-                                    "runs": [{"name": "fine"}, {"name": name, "model.gamma": 0.5}]}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "base": "tiny",
+                "overrides": tiny_overrides(token_dir, **{"train.max_steps": 2}),
+                "runs": [{"name": "fine"}, {"name": name, "model.gamma": 0.5}],
+            }
+        )
+    )
     out = tmp_path / "out"
     assert main(["sweep", str(spec), "--out", str(out)]) == 2
     err = capsys.readouterr().err

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from smallinit.checkpoint import list_checkpoints, load_checkpoint, read_checkpoint, verify_checkpoint
-from smallinit.errors import CheckpointError, DivergenceError, RunDirError
-from smallinit.train import resume, train
-
 from conftest import tiny_overrides
+
+from smallinit.core.errors import CheckpointError, DivergenceError, RunDirError
+from smallinit.runs.checkpoint import list_checkpoints, load_checkpoint, read_checkpoint, verify_checkpoint
+from smallinit.train import resume, train
 
 
 def losses(run_dir: Path) -> dict[int, float]:
@@ -58,14 +57,19 @@ def test_keep_ckpts_prunes_old(tiny_cfg, tmp_path):
     assert [c.name for c in list_checkpoints(tmp_path / "r")] == ["step_00000010", "step_00000015"]
 
 
-MOE_WITH_BIAS = {"model.moe.n_experts": 4, "model.moe.top_k": 2, "model.moe.d_expert": 32,
-                 "model.moe.bias_update_rate": 0.01}
+MOE_WITH_BIAS = {
+    "model.moe.n_experts": 4,
+    "model.moe.top_k": 2,
+    "model.moe.d_expert": 32,
+    "model.moe.bias_update_rate": 0.01,
+}
 
 
 @pytest.mark.parametrize("extra", [{}, MOE_WITH_BIAS], ids=["dense", "moe-bias"])
 def test_resume_in_process_is_bit_identical(tiny_cfg, tmp_path, extra):
     full = tiny_cfg(**{"train.max_steps": 20}, **extra)
     train(full, tmp_path / "full")
+
     class Crash:
         def on_step_end(self, trainer, step, record):
             if step == 12:  # two steps past the step-10 checkpoint
@@ -85,8 +89,17 @@ def test_resume_in_process_is_bit_identical(tiny_cfg, tmp_path, extra):
 
 
 def _train_cmd(out: Path, token_dir: Path, **extra) -> list[str]:
-    return [sys.executable, "-m", "smallinit", "train", "--config", "tiny", "--out", str(out),
-            *tiny_overrides(token_dir, **extra)]
+    return [
+        sys.executable,
+        "-m",
+        "smallinit",
+        "train",
+        "--config",
+        "tiny",
+        "--out",
+        str(out),
+        *tiny_overrides(token_dir, **extra),
+    ]
 
 
 def test_sigkill_then_resume_matches_uninterrupted(token_dir, tmp_path):
@@ -103,13 +116,15 @@ def test_sigkill_then_resume_matches_uninterrupted(token_dir, tmp_path):
     assert list_checkpoints(run), "no checkpoint before the kill"
     killed_at = max(losses(run)) if (run / "metrics.jsonl").exists() else 0
     assert killed_at < 30
-    r = subprocess.run([sys.executable, "-m", "smallinit", "train", "--resume", str(run)], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "smallinit", "train", "--resume", str(run)], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert losses(run) == losses(ref)
 
 
 def test_crash_mid_checkpoint_keeps_previous(tiny_cfg, tmp_path, monkeypatch):
-    import smallinit.checkpoint as ck
+    import smallinit.runs.checkpoint as ck
 
     rd = tmp_path / "r"
     train(tiny_cfg(**{"train.max_steps": 10}), rd)

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from smallinit.errors import ConfigError
+from smallinit.config import apply_overrides, config_diff, parse_value, preset_names, read_config_file
+from smallinit.core.errors import ConfigError
 from smallinit.train import OptimConfig, load_config, lr_at
-from smallinit.train.config import apply_overrides, config_diff, parse_value, preset_names, read_config_file
 
 
 def test_presets_load_and_apply_model_defaults():
@@ -20,9 +20,20 @@ def test_presets_load_and_apply_model_defaults():
 
 
 def test_overrides_parse_types():
-    cfg = load_config("tiny", ["model.gamma=0.5", "model.norm_eps=1e-5", "model.gate=none", "optim.lr=3e-3",
-                               "train.max_steps=2000", "train.compile=true", "optim.betas=[0.9, 0.99]",
-                               "model.init_overrides={'tok_emb.*': 0.5}", "model.n_kv_heads=2"])
+    cfg = load_config(
+        "tiny",
+        [
+            "model.gamma=0.5",
+            "model.norm_eps=1e-5",
+            "model.gate=none",
+            "optim.lr=3e-3",
+            "train.max_steps=2000",
+            "train.compile=true",
+            "optim.betas=[0.9, 0.99]",
+            "model.init_overrides={'tok_emb.*': 0.5}",
+            "model.n_kv_heads=2",
+        ],
+    )
     assert cfg.model.gamma == 0.5 and isinstance(cfg.model.gamma, float)
     assert cfg.model.norm_eps == 1e-5 and cfg.model.gate == "none"
     assert cfg.train.max_steps == 2000 and cfg.train.compile is True
@@ -31,21 +42,24 @@ def test_overrides_parse_types():
     assert load_config("tiny", ["model.gamma=1"]).model.gamma == 1.0  # ints widen to float
 
 
-@pytest.mark.parametrize("override,match", [
-    ("model.gama=1.0", "model.gama"),
-    ("train.max_steps=abc", "train.max_steps"),
-    ("train.max_steps=1.5", "train.max_steps"),
-    ("model.gate=sigmoid", "gate"),
-    ("train.compile=maybe", "train.compile"),
-    ("optim.lr=-1", "optim.lr"),
-    ("train.dtype=fp8", "train.dtype"),
-    ("bogus.key=1", "bogus"),
-    ("model.gamma", "section.key=value"),
-    ("gamma=1", "dotted"),
-    ("model.n_heads=5", "n_heads"),
-    ("train.batch_size=0", "train.batch_size"),
-    ("train.micro_batch_size=5", "micro_batch_size"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("model.gama=1.0", "model.gama"),
+        ("train.max_steps=abc", "train.max_steps"),
+        ("train.max_steps=1.5", "train.max_steps"),
+        ("model.gate=sigmoid", "gate"),
+        ("train.compile=maybe", "train.compile"),
+        ("optim.lr=-1", "optim.lr"),
+        ("train.dtype=fp8", "train.dtype"),
+        ("bogus.key=1", "bogus"),
+        ("model.gamma", "section.key=value"),
+        ("gamma=1", "dotted"),
+        ("model.n_heads=5", "n_heads"),
+        ("train.batch_size=0", "train.batch_size"),
+        ("train.micro_batch_size=5", "micro_batch_size"),
+    ],
+)
 def test_bad_overrides_name_the_key(override, match):
     with pytest.raises(ConfigError, match=match):
         load_config("tiny", [override])

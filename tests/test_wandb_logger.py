@@ -12,14 +12,21 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import tiny_overrides
+
 from smallinit.cli import main as cli
 
 pytest.importorskip("wandb")
 
-STEPS = {"train.max_steps": 6, "train.log_every": 2, "train.eval_every": 3, "train.ckpt_every": 3,
-         "train.compile": "false", "train.logger": "wandb", "model.gate": "none"}
+STEPS = {
+    "train.max_steps": 6,
+    "train.log_every": 2,
+    "train.eval_every": 3,
+    "train.ckpt_every": 3,
+    "train.compile": "false",
+    "train.logger": "wandb",
+    "model.gate": "none",
+}
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +36,13 @@ def wandb_env(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANDB_MODE", "offline")
         mp.setenv("WANDB_SILENT", "true")
-        for var, sub in (("WANDB_DIR", "dir"), ("WANDB_CONFIG_DIR", "config"), ("WANDB_CACHE_DIR", "cache"),
-                         ("WANDB_DATA_DIR", "data"), ("WANDB_ARTIFACT_DIR", "artifacts")):
+        for var, sub in (
+            ("WANDB_DIR", "dir"),
+            ("WANDB_CONFIG_DIR", "config"),
+            ("WANDB_CACHE_DIR", "cache"),
+            ("WANDB_DATA_DIR", "data"),
+            ("WANDB_ARTIFACT_DIR", "artifacts"),
+        ):
             (home / sub).mkdir()
             mp.setenv(var, str(home / sub))
         mp.delenv("WANDB_API_KEY", raising=False)
@@ -48,6 +60,7 @@ def wandb_run(wandb_env, tmp_path_factory, token_dir) -> Path:
 
 # ---- reading an offline run back -------------------------------------------------------------------
 
+
 def _log_records(path: Path):
     """The payloads of a W&B transaction log: a 7-byte header (":W&B", magic 0xBEE1, version), then LevelDB log
     records (crc32c 4 bytes, length 2, type 1: full / first / middle / last) in 32 KiB blocks."""
@@ -59,8 +72,8 @@ def _log_records(path: Path):
         if left < 7:  # a block's tail too short for a header is padding
             pos += left
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk = data[pos + 7:pos + 7 + length]
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == 1:
             yield chunk
@@ -108,6 +121,7 @@ def metrics(rd: Path) -> list[dict]:
 
 # ---- tests ------------------------------------------------------------------------------------------
 
+
 def test_offline_run_holds_the_runs_own_metrics(wandb_run):
     rd = wandb_run
     rid = json.loads((rd / "wandb.json").read_text())["id"]
@@ -139,7 +153,7 @@ def test_interrupted_run_is_finished_and_resumed_into_the_same_wandb_run(wandb_e
     training logs the remaining steps into a W&B run of the same id."""
     import signal
 
-    from smallinit.errors import Interrupted
+    from smallinit.core.errors import Interrupted
     from smallinit.train.loop import Trainer, resume
 
     class StopAt:
@@ -182,8 +196,19 @@ def test_resume_continues_the_same_wandb_run(wandb_run):
 
 def test_unknown_logger_is_one_error_line(tmp_path, token_dir, capsys):
     out = tmp_path / "r"
-    assert cli(["train", "--config", "tiny", "--out", str(out),
-                *tiny_overrides(token_dir, **{**STEPS, "train.logger": "comet"})]) == 2
+    assert (
+        cli(
+            [
+                "train",
+                "--config",
+                "tiny",
+                "--out",
+                str(out),
+                *tiny_overrides(token_dir, **{**STEPS, "train.logger": "comet"}),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: train.logger"), err
     assert "none, tensorboard, wandb" in err[0]
@@ -201,8 +226,8 @@ def test_missing_wandb_is_one_error_line_before_training(tmp_path, token_dir, ca
 
 
 def test_logger_selection_and_config_checks():
-    from smallinit.errors import ConfigError
-    from smallinit.rundir import IGNORED_IN_COMPARISON
+    from smallinit.core.errors import ConfigError
+    from smallinit.runs.rundir import IGNORED_IN_COMPARISON
     from smallinit.train import load_config
     from smallinit.train.loggers import MetricLogger, TensorBoardLogger, WandbLogger, selected
 
@@ -219,12 +244,12 @@ def test_logger_selection_and_config_checks():
     with pytest.raises(ConfigError, match="train.logger"):
         load_config("tiny", ["train.logger=mlflow"])
     # how a run is watched is not what it learns: never a difference between two runs' configs
-    assert {"train.logger", "train.wandb_project", "train.wandb_run_name", "train.wandb_entity"} \
-        <= set(IGNORED_IN_COMPARISON)
+    assert {"train.logger", "train.wandb_project", "train.wandb_run_name", "train.wandb_entity"} <= set(
+        IGNORED_IN_COMPARISON
+    )
     for cls in (TensorBoardLogger, WandbLogger):
         assert all(callable(getattr(cls, m, None)) for m in ("log", "close"))
-    assert isinstance(type("L", (), {"log": lambda s, step, m: None, "close": lambda s, code=0: None})(),
-                      MetricLogger)
+    assert isinstance(type("L", (), {"log": lambda s, step, m: None, "close": lambda s, code=0: None})(), MetricLogger)
 
 
 def test_tensorboard_behind_the_same_interface(tmp_path, token_dir):
@@ -232,11 +257,21 @@ def test_tensorboard_behind_the_same_interface(tmp_path, token_dir):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    for i, extra in enumerate(({"train.tensorboard": "true", "train.logger": "none"},
-                               {"train.logger": "tensorboard"})):
+    for i, extra in enumerate(({"train.tensorboard": "true", "train.logger": "none"}, {"train.logger": "tensorboard"})):
         rd = tmp_path / f"tb{i}"
-        assert cli(["train", "--config", "tiny", "--out", str(rd),
-                    *tiny_overrides(token_dir, **{**STEPS, "train.max_steps": 4, **extra})]) == 0
+        assert (
+            cli(
+                [
+                    "train",
+                    "--config",
+                    "tiny",
+                    "--out",
+                    str(rd),
+                    *tiny_overrides(token_dir, **{**STEPS, "train.max_steps": 4, **extra}),
+                ]
+            )
+            == 0
+        )
         assert not (rd / "wandb").exists() and not (rd / "wandb.json").exists()
         ea = EventAccumulator(str(rd / "tb"))
         ea.Reload()

@@ -1,12 +1,12 @@
 """smallinit: small initialization (σ = d_in^(−γ)) for language-model pretraining.
 
-    >>> import smallinit
-    >>> report = smallinit.gamma_init(my_model, gamma=1.0)   # any nn.Module
-    >>> model = smallinit.Transformer(smallinit.ModelConfig.from_preset("small"))
+>>> import smallinit
+>>> report = smallinit.gamma_init(my_model, gamma=1.0)   # any nn.Module
+>>> model = smallinit.Transformer(smallinit.ModelConfig.from_preset("small"))
 """
 
-from smallinit.init import InitReport, InitRow, gamma_init
 from smallinit.audit import audit  # noqa: E402  (light: torch + smallinit.init)
+from smallinit.init import InitReport, InitRow, gamma_init
 from smallinit.model import ModelConfig, MoEConfig, RMSNorm, Transformer
 
 __version__ = "0.1.0"
@@ -14,10 +14,19 @@ __version__ = "0.1.0"
 
 def load_checkpoint(path, map_location="cpu"):
     """Load a :class:`Transformer` from a run directory (its latest good checkpoint) or a checkpoint directory."""
-    from smallinit.checkpoint import load_checkpoint as _load
+    from smallinit.runs.checkpoint import load_checkpoint as _load
 
     return _load(path, map_location=map_location)
 
 
-__all__ = ["InitReport", "InitRow", "ModelConfig", "MoEConfig", "RMSNorm", "Transformer", "audit", "gamma_init",
-           "load_checkpoint"]
+__all__ = [
+    "InitReport",
+    "InitRow",
+    "ModelConfig",
+    "MoEConfig",
+    "RMSNorm",
+    "Transformer",
+    "audit",
+    "gamma_init",
+    "load_checkpoint",
+]

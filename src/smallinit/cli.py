@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from smallinit.errors import Interrupted, SmallinitError
+from smallinit.core.errors import Interrupted, SmallinitError
 
 # verb -> module under smallinit.commands
 VERBS: dict[str, str] = {

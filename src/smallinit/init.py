@@ -20,8 +20,9 @@ from __future__ import annotations
 import fnmatch
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Union
+from typing import Union
 
 import torch
 from torch import nn
@@ -74,14 +75,16 @@ class InitReport:
         head = ("parameter", "shape", "fan_in", "rule", "target std", "measured std")
         lines = [head]
         for r in self.rows:
-            lines.append((
-                r.name,
-                "x".join(map(str, r.shape)),
-                "-" if r.fan_in is None else str(r.fan_in),
-                r.rule,
-                "-" if r.target_std is None else f"{r.target_std:.4g}",
-                "-" if r.measured_std is None else f"{r.measured_std:.4g}",
-            ))
+            lines.append(
+                (
+                    r.name,
+                    "x".join(map(str, r.shape)),
+                    "-" if r.fan_in is None else str(r.fan_in),
+                    r.rule,
+                    "-" if r.target_std is None else f"{r.target_std:.4g}",
+                    "-" if r.measured_std is None else f"{r.measured_std:.4g}",
+                )
+            )
         widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
         out = [f"γ-rule init (γ = {self.gamma:g}): σ = fan_in^(-γ)"]
         for i, line in enumerate(lines):
@@ -112,7 +115,9 @@ def _parse_override(pattern: str, value: OverrideValue) -> tuple[str, float]:
             if not math.isfinite(s) or s < 0:
                 raise ValueError(f"override {pattern!r}: std must be a finite number >= 0, got {value['std']!r}")
             return "std", s
-        raise ValueError(f"override {pattern!r} must be a number (γ), {{'gamma': g}} or {{'std': s}}, got {dict(value)!r}")
+        raise ValueError(
+            f"override {pattern!r} must be a number (γ), {{'gamma': g}} or {{'std': s}}, got {dict(value)!r}"
+        )
     return "gamma", check_gamma(value, f"override {pattern!r} gamma")
 
 
@@ -181,8 +186,11 @@ def gamma_init(
                 report.rows.append(InitRow(full, shape, None, "zeros", None, None))
                 continue
             if kind == "skip":
-                warnings.warn(f"gamma_init: no rule for parameter {full!r} of {type(mod).__name__} "
-                              f"(shape {shape}); left as it is", stacklevel=2)
+                warnings.warn(
+                    f"gamma_init: no rule for parameter {full!r} of {type(mod).__name__} "
+                    f"(shape {shape}); left as it is",
+                    stacklevel=2,
+                )
                 report.rows.append(InitRow(full, shape, None, "skipped", None, None))
                 continue
             how, value = "gamma", gamma

@@ -19,12 +19,12 @@ import multiprocessing
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
-
 from conftest import tiny_overrides
 
 # A run long enough for several checkpoints, pruning and an evaluation, short enough for 10 trials.
@@ -41,7 +41,7 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    from smallinit.checkpoint import load_checkpoint
+    from smallinit.runs.checkpoint import load_checkpoint
 
     return load_checkpoint(run_dir).state_dict()
 
@@ -74,8 +74,9 @@ def start_child(fn: Callable[[], None]) -> multiprocessing.Process:
     return p
 
 
-def in_child(fn: Callable[[], None], timeout: float = 120.0,
-             kill_when: Callable[[], bool] | None = None, delay: float = 0.0) -> int:
+def in_child(
+    fn: Callable[[], None], timeout: float = 120.0, kill_when: Callable[[], bool] | None = None, delay: float = 0.0
+) -> int:
     """Run ``fn`` in a forked process; returns its exit code (-9 when SIGKILLed). With ``kill_when``, the
     parent SIGKILLs the child ``delay`` seconds after ``kill_when()`` first holds (polled every 10 ms)."""
     import time
@@ -98,6 +99,7 @@ def in_child(fn: Callable[[], None], timeout: float = 120.0,
 
 # ---- the results table -----------------------------------------------------------------------------
 
+
 class _Table:
     """pytest plugin: one row per fault, printed in the terminal summary."""
 
@@ -107,8 +109,9 @@ class _Table:
         self.rows: list[dict[str, Any]] = []
 
     def record(self, fault: str, trials: int, survived: int, data_lost: str, notes: str = "") -> None:
-        self.rows.append({"fault": fault, "trials": trials, "survived": survived, "data_lost": data_lost,
-                          "notes": notes})
+        self.rows.append(
+            {"fault": fault, "trials": trials, "survived": survived, "data_lost": data_lost, "notes": notes}
+        )
 
     def markdown(self) -> str:
         lines = ["| fault | trials | survived | data lost | notes |", "|---|---|---|---|---|"]
@@ -136,5 +139,14 @@ def fault_table(request) -> _Table:
     return table
 
 
-__all__ = ["RUN", "fault_overrides", "fault_table", "in_child", "kill_self", "losses", "same_weights",
-           "start_child", "weights"]
+__all__ = [
+    "RUN",
+    "fault_overrides",
+    "fault_table",
+    "in_child",
+    "kill_self",
+    "losses",
+    "same_weights",
+    "start_child",
+    "weights",
+]

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from faultkit import fault_overrides, fault_table, losses, same_weights, start_child, weights  # noqa: F401
-from smallinit.errors import RunDirError
+
+from smallinit.core.errors import RunDirError
 from smallinit.train import load_config, resume, train
 
 
@@ -58,11 +58,16 @@ def test_second_process_on_same_run_dir_refuses(token_dir, tmp_path, fault_table
         config_before = (rd / "config.yaml").read_bytes()
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         cli = [sys.executable, "-m", "smallinit", "train"]
-        b1 = subprocess.Popen([*cli, "--resume", str(rd)], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=env)
-        b2 = subprocess.Popen([*cli, "--config", "tiny", "--out", str(rd),
-                               *fault_overrides(token_dir, **{"optim.lr": 0.5})],
-                              stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        b1 = subprocess.Popen(
+            [*cli, "--resume", str(rd)], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        b2 = subprocess.Popen(
+            [*cli, "--config", "tiny", "--out", str(rd), *fault_overrides(token_dir, **{"optim.lr": 0.5})],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         out1, out2 = b1.communicate(timeout=120), b2.communicate(timeout=120)
         with pytest.raises(RunDirError, match="in use by another process"):
             resume(rd)
@@ -71,12 +76,19 @@ def test_second_process_on_same_run_dir_refuses(token_dir, tmp_path, fault_table
         proc_a.join(200)
     assert proc_a.exitcode == 0, "A did not finish cleanly"
     assert b1.returncode == 2 and out1[1].strip().splitlines() == [
-        f"error: {rd} is in use by another process (pid {a_pid}); wait for it or choose another directory"], out1
+        f"error: {rd} is in use by another process (pid {a_pid}); wait for it or choose another directory"
+    ], out1
     assert b2.returncode == 2 and out2[1].strip().splitlines() == [
-        f"error: {rd} already holds a run; use `smallinit train --resume {rd}` or a new --out"], out2
+        f"error: {rd} already holds a run; use `smallinit train --resume {rd}` or a new --out"
+    ], out2
     # A's run is untouched by the refused ones
     assert (rd / "config.yaml").read_bytes() == config_before
     assert len((rd / "metrics.jsonl").read_text().splitlines()) == len(losses(ref))
     assert losses(rd) == losses(ref) and same_weights(weights(rd), weights(ref))
-    fault_table.record("second `train` on a running RUN_DIR (CLI --resume, CLI --out, API)", 3, 3,
-                       "none (first run bit-identical to an undisturbed one)", "lock on RUN_DIR/.lock")
+    fault_table.record(
+        "second `train` on a running RUN_DIR (CLI --resume, CLI --out, API)",
+        3,
+        3,
+        "none (first run bit-identical to an undisturbed one)",
+        "lock on RUN_DIR/.lock",
+    )

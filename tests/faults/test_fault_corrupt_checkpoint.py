@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from faultkit import fault_overrides, fault_table, losses, same_weights, weights  # noqa: F401
-from smallinit.checkpoint import list_checkpoints, load_checkpoint, read_checkpoint, verify_checkpoint
-from smallinit.errors import CheckpointError
+
+from smallinit.core.errors import CheckpointError
+from smallinit.runs.checkpoint import list_checkpoints, load_checkpoint, read_checkpoint, verify_checkpoint
 from smallinit.train import load_config, resume, train
 
 
@@ -37,9 +37,16 @@ def delete(f: Path, rng: random.Random) -> None:
     f.unlink()
 
 
-DAMAGE = [("model.safetensors", truncate), ("model.safetensors", bitflip), ("optim.pt", truncate),
-          ("optim.pt", bitflip), ("state.json", bitflip), ("config.yaml", truncate), ("manifest.json", bitflip),
-          ("model.safetensors", delete)]
+DAMAGE = [
+    ("model.safetensors", truncate),
+    ("model.safetensors", bitflip),
+    ("optim.pt", truncate),
+    ("optim.pt", bitflip),
+    ("state.json", bitflip),
+    ("config.yaml", truncate),
+    ("manifest.json", bitflip),
+    ("model.safetensors", delete),
+]
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +87,13 @@ def test_damaged_newest_checkpoint_falls_back_to_previous(base, tmp_path, fault_
         for c in list_checkpoints(rd):  # the damaged one was rewritten whole
             verify_checkpoint(c)
         survived += 1
-    fault_table.record("checkpoint file truncated / bit-flipped / deleted (newest of 2)", len(DAMAGE), survived,
-                       "none" if lost == 0 else f"{lost} runs differ", "fell back to the previous checkpoint")
+    fault_table.record(
+        "checkpoint file truncated / bit-flipped / deleted (newest of 2)",
+        len(DAMAGE),
+        survived,
+        "none" if lost == 0 else f"{lost} runs differ",
+        "fell back to the previous checkpoint",
+    )
 
 
 @pytest.mark.timeout(120)
@@ -100,8 +112,9 @@ def test_no_good_checkpoint_stops_clearly(base, tmp_path, fault_table):
     assert (rd / "metrics.jsonl").read_bytes() == before  # nothing restarted from scratch, nothing deleted
     assert len(list_checkpoints(rd)) == 2
     # the same from the command line: warnings naming each damaged file, then one error line, exit 2
-    r = subprocess.run([sys.executable, "-m", "smallinit", "train", "--resume", str(rd)],
-                       capture_output=True, text=True, timeout=100)
+    r = subprocess.run(
+        [sys.executable, "-m", "smallinit", "train", "--resume", str(rd)], capture_output=True, text=True, timeout=100
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     err = [l for l in r.stderr.splitlines() if l.startswith("error: ")]
     assert len(err) == 1 and "none of the 2 checkpoint(s) verifies" in err[0], r.stderr
@@ -109,5 +122,10 @@ def test_no_good_checkpoint_stops_clearly(base, tmp_path, fault_table):
     assert "step_00000012/model.safetensors: checksum mismatch" in r.stderr
     assert "Traceback" not in r.stderr
     assert (rd / "metrics.jsonl").read_bytes() == before
-    fault_table.record("every checkpoint corrupted", 1, 1, "none (run left as it was)",
-                       "resume stops: `error: ... none of the 2 checkpoint(s) verifies`")
+    fault_table.record(
+        "every checkpoint corrupted",
+        1,
+        1,
+        "none (run left as it was)",
+        "resume stops: `error: ... none of the 2 checkpoint(s) verifies`",
+    )

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import smallinit.checkpoint as ck
 from faultkit import fault_overrides, fault_table, losses, same_weights, weights  # noqa: F401
-from smallinit.checkpoint import list_checkpoints, load_checkpoint, read_checkpoint, verify_checkpoint
-from smallinit.errors import CheckpointError
+
+import smallinit.runs.checkpoint as ck
+from smallinit.core.errors import CheckpointError
+from smallinit.runs.checkpoint import list_checkpoints, load_checkpoint, read_checkpoint, verify_checkpoint
 from smallinit.train import load_config, resume, train
 
 KEEP_ALL = {"train.keep_ckpts": 10}
@@ -80,19 +80,43 @@ def test_disk_full_in_each_checkpoint_file(reference, token_dir, tmp_path, monke
         lost += not same
         assert same, target
         survived += 1
-    fault_table.record("disk full during a checkpoint write (limit inside each of its 5 files)", len(FILES),
-                       survived, "none" if lost == 0 else f"{lost} runs differ",
-                       "previous checkpoints intact; steps since the last one recomputed")
+    fault_table.record(
+        "disk full during a checkpoint write (limit inside each of its 5 files)",
+        len(FILES),
+        survived,
+        "none" if lost == 0 else f"{lost} runs differ",
+        "previous checkpoints intact; steps since the last one recomputed",
+    )
 
 
 @pytest.mark.timeout(120)
 def test_disk_full_from_the_command_line(reference, token_dir, tmp_path):
     rd = tmp_path / "cli"
-    env = {**os.environ, "SMALLINIT_FAULT_WRITE_LIMIT": str(limit_inside(reference, "optim.pt")), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "smallinit", "train", "--config", "tiny", "--out", str(rd),
-                        *fault_overrides(token_dir, **KEEP_ALL)], capture_output=True, text=True, env=env, timeout=100)
+    env = {
+        **os.environ,
+        "SMALLINIT_FAULT_WRITE_LIMIT": str(limit_inside(reference, "optim.pt")),
+        "OMP_NUM_THREADS": "1",
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smallinit",
+            "train",
+            "--config",
+            "tiny",
+            "--out",
+            str(rd),
+            *fault_overrides(token_dir, **KEEP_ALL),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=100,
+    )
     assert r.returncode == 2
     assert [ln for ln in r.stderr.strip().splitlines() if not ln.startswith("dtype: ")] == [  # the dtype decision
-        f"error: could not write checkpoint {rd}/checkpoints/step_00000012: No space left on device"], r.stderr
+        f"error: could not write checkpoint {rd}/checkpoints/step_00000012: No space left on device"
+    ], r.stderr
     check_stopped_cleanly(rd, reference)
     shutil.rmtree(rd)

@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from faultkit import fault_overrides, fault_table  # noqa: F401
+
 from smallinit.cli import main
-from smallinit.doctor import check_run
+from smallinit.runs.doctor import check_run
 from smallinit.train import load_config, resume, train
 from smallinit.train.loop import RunLock
 
@@ -53,8 +53,11 @@ def flip(f: Path) -> None:
 
 def corrupt_newest(rd):
     flip(rd / "checkpoints/step_00000016/model.safetensors")
-    return ("checkpoint step_00000016 is corrupted: ", "model.safetensors: checksum mismatch",
-            f"delete it (rm -r {rd}/checkpoints/step_00000016); resume will use step_00000012")
+    return (
+        "checkpoint step_00000016 is corrupted: ",
+        "model.safetensors: checksum mismatch",
+        f"delete it (rm -r {rd}/checkpoints/step_00000016); resume will use step_00000012",
+    )
 
 
 def corrupt_older(rd):
@@ -105,8 +108,10 @@ def bad_config(rd):
 def interrupted(rd):
     (rd / "summary.json").unlink()
     shutil.rmtree(rd / "checkpoints/step_00000016")
-    return ("run is incomplete: stopped after step 16 (no summary.json)",
-            f"smallinit train --resume {rd}  (continues from step_00000012; steps 13..16 will be recomputed)")
+    return (
+        "run is incomplete: stopped after step 16 (no summary.json)",
+        f"smallinit train --resume {rd}  (continues from step_00000012; steps 13..16 will be recomputed)",
+    )
 
 
 def sweep_failed(rd):
@@ -115,8 +120,19 @@ def sweep_failed(rd):
     return ("the sweep recorded this run as failed: data.path: no such directory", "--retry-failed")
 
 
-DAMAGES = [corrupt_newest, corrupt_older, leftover_tmp, no_manifest, torn_metrics, gap_in_metrics, repeated_metrics,
-           torn_probes, bad_config, interrupted, sweep_failed]
+DAMAGES = [
+    corrupt_newest,
+    corrupt_older,
+    leftover_tmp,
+    no_manifest,
+    torn_metrics,
+    gap_in_metrics,
+    repeated_metrics,
+    torn_probes,
+    bad_config,
+    interrupted,
+    sweep_failed,
+]
 
 
 @pytest.mark.timeout(120)
@@ -134,8 +150,13 @@ def test_each_damage_is_found_with_a_fix(healthy, tmp_path, capsys, fault_table)
         assert main(["doctor", str(rd)]) == 1
         assert "1 problem found" in capsys.readouterr().out
         found += 1
-    fault_table.record(f"`smallinit doctor` on damaged runs ({len(DAMAGES)} kinds of damage)", len(DAMAGES), found, "n/a",
-                       "each found, with its fix")
+    fault_table.record(
+        f"`smallinit doctor` on damaged runs ({len(DAMAGES)} kinds of damage)",
+        len(DAMAGES),
+        found,
+        "n/a",
+        "each found, with its fix",
+    )
 
 
 @pytest.mark.timeout(120)

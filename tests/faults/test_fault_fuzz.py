@@ -22,16 +22,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from faultkit import fault_overrides, fault_table  # noqa: F401
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from faultkit import fault_overrides, fault_table  # noqa: F401
-from smallinit.errors import SmallinitError
+from smallinit.core.errors import SmallinitError
 
 # CI: a fixed, modest set of examples. Deeper hunting: SMALLINIT_FUZZ_EXAMPLES=2000 (random, not derandomized).
 _DEEP = int(os.environ.get("SMALLINIT_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(deadline=None, max_examples=_DEEP or 60, suppress_health_check=list(HealthCheck),
-                derandomize=not _DEEP, database=None)
+FUZZ = settings(
+    deadline=None,
+    max_examples=_DEEP or 60,
+    suppress_health_check=list(HealthCheck),
+    derandomize=not _DEEP,
+    database=None,
+)
 SLOW_FUZZ = settings(FUZZ, max_examples=max(_DEEP // 5, 12))
 
 COUNTS: dict[str, list[int]] = {}  # test → [examples, accepted, rejected with a SmallinitError]
@@ -59,14 +64,21 @@ def record(fault_table, name: str, what: str) -> None:
 
 # ---- values ---------------------------------------------------------------------------------------
 
-scalars = (st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=True, allow_infinity=True)
-           | st.text(max_size=12) | st.sampled_from([0, -1, 1, 2, 3, 1e-12, 1e30, "", "cpu", "none", "ddp", "nan"]))
-values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
-                      max_leaves=6)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+    | st.sampled_from([0, -1, 1, 2, 3, 1e-12, 1e30, "", "cpu", "none", "ddp", "nan"])
+)
+values = st.recursive(
+    scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=6
+)
 
 
 def _known_keys() -> list[str]:
-    from smallinit.train.config import RunConfig
+    from smallinit.config import RunConfig
 
     keys = []
 
@@ -86,7 +98,7 @@ dotted = st.sampled_from(KEYS) | st.sampled_from(KEYS).map(lambda k: k + "x") | 
 
 
 def _tiny_dict(token_dir) -> dict:
-    from smallinit.train.config import apply_overrides, read_config_file
+    from smallinit.config import apply_overrides, read_config_file
 
     d = apply_overrides(read_config_file("tiny"), fault_overrides(token_dir))
     d["model"].pop("preset", None)
@@ -113,16 +125,22 @@ def _model_builds(cfg) -> None:
 
 # ---- configs ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.timeout(90)
 def test_fuzz_config_dicts(token_dir, fault_table):
+    from smallinit.config import config_from_dict
     from smallinit.model.config import PRESETS
-    from smallinit.train.config import config_from_dict
 
     base = _tiny_dict(token_dir)
     base["model"] = {**PRESETS["tiny"], **base["model"]}
 
-    plausible = st.integers(-1, 300) | st.floats(-1, 2, allow_nan=False) | st.sampled_from(
-        ["none", "headwise", "elementwise", "layernorm", "rmsnorm", "wsd", "constant", "bf16", "fsdp", True, None])
+    plausible = (
+        st.integers(-1, 300)
+        | st.floats(-1, 2, allow_nan=False)
+        | st.sampled_from(
+            ["none", "headwise", "elementwise", "layernorm", "rmsnorm", "wsd", "constant", "bf16", "fsdp", True, None]
+        )
+    )
     edit = st.tuples(st.sampled_from(KEYS), plausible) | st.tuples(dotted, values)
 
     @FUZZ
@@ -142,16 +160,43 @@ def test_fuzz_config_dicts(token_dir, fault_table):
 
 @pytest.mark.timeout(90)
 def test_fuzz_cli_overrides(token_dir, fault_table):
-    from smallinit.train.config import load_config
+    from smallinit.config import load_config
 
     base = fault_overrides(token_dir)
-    yamlish = st.sampled_from(["1", "-3", "0", "1e-12", "nan", "inf", "[1, 2]", "{a: 1}", "true", "null", "~", "",
-                               "!!python/object/apply:os.system ['true']", "'quoted", "[unclosed", "a: b: c",
-                               "0x10", "1_000", "tiny", "0.1b", "ddp", "fsdp", "bf16"])
+    yamlish = st.sampled_from(
+        [
+            "1",
+            "-3",
+            "0",
+            "1e-12",
+            "nan",
+            "inf",
+            "[1, 2]",
+            "{a: 1}",
+            "true",
+            "null",
+            "~",
+            "",
+            "!!python/object/apply:os.system ['true']",
+            "'quoted",
+            "[unclosed",
+            "a: b: c",
+            "0x10",
+            "1_000",
+            "tiny",
+            "0.1b",
+            "ddp",
+            "fsdp",
+            "bf16",
+        ]
+    )
     numbers = st.integers(-2, 600).map(str) | st.floats(-1, 10, allow_nan=False).map(repr)
     known = st.tuples(st.sampled_from(KEYS), numbers | yamlish).map(lambda kv: f"{kv[0]}={kv[1]}")
-    override = (known | st.tuples(dotted, yamlish | st.text(max_size=10)).map(lambda kv: f"{kv[0]}={kv[1]}")
-                | st.text(alphabet=string.printable, max_size=20))
+    override = (
+        known
+        | st.tuples(dotted, yamlish | st.text(max_size=10)).map(lambda kv: f"{kv[0]}={kv[1]}")
+        | st.text(alphabet=string.printable, max_size=20)
+    )
 
     @FUZZ
     @given(extra=st.lists(known, min_size=1, max_size=2) | st.lists(override, min_size=1, max_size=4))
@@ -166,14 +211,17 @@ def test_fuzz_cli_overrides(token_dir, fault_table):
 
 @pytest.mark.timeout(60)
 def test_fuzz_config_files(fault_table):
-    from smallinit.train.config import load_config
+    from smallinit.config import load_config
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cfg.yaml"
 
         @FUZZ
-        @given(text=st.text(max_size=200) | st.binary(max_size=200).map(lambda b: b.decode("latin-1"))
-               | values.map(lambda v: json.dumps(v)))
+        @given(
+            text=st.text(max_size=200)
+            | st.binary(max_size=200).map(lambda b: b.decode("latin-1"))
+            | values.map(lambda v: json.dumps(v))
+        )
         def check(text):
             path.write_text(text, encoding="utf-8", errors="surrogatepass")
             outcome("config files", load_config, str(path))
@@ -184,6 +232,7 @@ def test_fuzz_config_files(fault_table):
 
 # ---- corpora ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.timeout(120)
 def test_fuzz_random_bytes_as_corpus(tmp_path, fault_table):
     from smallinit.data import prepare_corpus
@@ -191,8 +240,11 @@ def test_fuzz_random_bytes_as_corpus(tmp_path, fault_table):
     n = [0]
 
     @SLOW_FUZZ
-    @given(data=st.binary(max_size=3000) | st.binary(max_size=64).map(lambda b: b * 50),
-           tokenizer=st.sampled_from(["byte", "bpe"]), val=st.sampled_from([0.0, 0.1, 0.5]))
+    @given(
+        data=st.binary(max_size=3000) | st.binary(max_size=64).map(lambda b: b * 50),
+        tokenizer=st.sampled_from(["byte", "bpe"]),
+        val=st.sampled_from([0.0, 0.1, 0.5]),
+    )
     def check(data, tokenizer, val):
         n[0] += 1
         src = tmp_path / f"c{n[0]}.txt"
@@ -200,8 +252,17 @@ def test_fuzz_random_bytes_as_corpus(tmp_path, fault_table):
         out = tmp_path / f"out{n[0]}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            outcome("corpus", prepare_corpus, [str(src)], out, tokenizer=tokenizer, vocab_size=300,
-                    val_fraction=val, progress=False, num_workers=1)
+            outcome(
+                "corpus",
+                prepare_corpus,
+                [str(src)],
+                out,
+                tokenizer=tokenizer,
+                vocab_size=300,
+                val_fraction=val,
+                progress=False,
+                num_workers=1,
+            )
         shutil.rmtree(out, ignore_errors=True)
 
     check()
@@ -210,9 +271,10 @@ def test_fuzz_random_bytes_as_corpus(tmp_path, fault_table):
 
 # ---- checkpoints ------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def good_ckpt(token_dir, tmp_path_factory) -> Path:
-    from smallinit.checkpoint import list_checkpoints
+    from smallinit.runs.checkpoint import list_checkpoints
     from smallinit.train import load_config, train
 
     rd = tmp_path_factory.mktemp("ck") / "run"
@@ -246,7 +308,7 @@ def _tensors(draw_shapes, dtype_names, names):
 def test_fuzz_checkpoint_files(good_ckpt, tmp_path, fault_table):
     from safetensors.torch import load_file
 
-    from smallinit.checkpoint import load_checkpoint
+    from smallinit.runs.checkpoint import load_checkpoint
 
     real = load_file(str(good_ckpt / "model.safetensors"))
     names = sorted(real)
@@ -264,7 +326,9 @@ def test_fuzz_checkpoint_files(good_ckpt, tmp_path, fault_table):
                 chosen[n] = (draw(shapes), draw(dtypes))
             return _tensors([s for s, _ in chosen.values()], [d for _, d in chosen.values()], list(chosen))
         picked = draw(st.lists(st.sampled_from(names) | st.text(min_size=1, max_size=8), max_size=6, unique=True))
-        return _tensors([tuple(real[n].shape) if n in real else (2,) for n in picked], ["float32"] * len(picked), picked)
+        return _tensors(
+            [tuple(real[n].shape) if n in real else (2,) for n in picked], ["float32"] * len(picked), picked
+        )
 
     other = st.sampled_from(["optim.pt", "state.json", "config.yaml"])
 
@@ -273,10 +337,12 @@ def test_fuzz_checkpoint_files(good_ckpt, tmp_path, fault_table):
         if name == "config.yaml":
             return base | values.map(lambda v: json.dumps({"model": v}).encode())
         if name == "optim.pt":
+
             def saved(v):
                 buf = io.BytesIO()
                 torch.save(v, buf)
                 return buf.getvalue()
+
             return base | values.map(saved)
         return base
 
@@ -290,10 +356,13 @@ def test_fuzz_checkpoint_files(good_ckpt, tmp_path, fault_table):
         outcome("checkpoints", load_checkpoint, ck)
 
     check()
-    record(fault_table, "checkpoints", "garbage / wrong-shape checkpoint files behind a valid manifest (load_checkpoint)")
+    record(
+        fault_table, "checkpoints", "garbage / wrong-shape checkpoint files behind a valid manifest (load_checkpoint)"
+    )
 
 
 # ---- benchmark files -----------------------------------------------------------------------------------
+
 
 @pytest.mark.timeout(60)
 def test_fuzz_benchmark_jsonl(tmp_path, fault_table):
@@ -301,17 +370,45 @@ def test_fuzz_benchmark_jsonl(tmp_path, fault_table):
     from smallinit.eval.lambada import load_lambada
     from smallinit.eval.multiple_choice import load_arc, load_hellaswag
 
-    fields = st.sampled_from(["ctx_a", "ctx_b", "activity_label", "endings", "label", "question", "answer", "choices",
-                              "answerKey", "problem", "solution", "context", "continuation", "text", "label"])
+    fields = st.sampled_from(
+        [
+            "ctx_a",
+            "ctx_b",
+            "activity_label",
+            "endings",
+            "label",
+            "question",
+            "answer",
+            "choices",
+            "answerKey",
+            "problem",
+            "solution",
+            "context",
+            "continuation",
+            "text",
+            "label",
+        ]
+    )
     good = {
-        "hellaswag": {"ctx_a": "A man", "ctx_b": "walks", "activity_label": "Walking", "endings": ["a", "b"], "label": "1"},
+        "hellaswag": {
+            "ctx_a": "A man",
+            "ctx_b": "walks",
+            "activity_label": "Walking",
+            "endings": ["a", "b"],
+            "label": "1",
+        },
         "arc": {"question": "Q?", "choices": {"text": ["x", "y"], "label": ["A", "B"]}, "answerKey": "A"},
         "gsm8k": {"question": "1+1?", "answer": "2 #### 2"},
         "math500": {"problem": "1+1", "solution": "\\boxed{2}", "answer": "2"},
         "lambada": {"context": "the cat", "continuation": "sat"},
     }
-    loaders = {"hellaswag": load_hellaswag, "arc": load_arc, "gsm8k": load_gsm8k, "math500": load_math500,
-               "lambada": load_lambada}
+    loaders = {
+        "hellaswag": load_hellaswag,
+        "arc": load_arc,
+        "gsm8k": load_gsm8k,
+        "math500": load_math500,
+        "lambada": load_lambada,
+    }
     path = tmp_path / "bench.jsonl"
 
     @st.composite
@@ -342,6 +439,7 @@ def test_fuzz_benchmark_jsonl(tmp_path, fault_table):
 
 # ---- prepared data directories --------------------------------------------------------------------------
 
+
 @pytest.mark.timeout(60)
 def test_fuzz_prepared_data_meta(token_dir, tmp_path, fault_table):
     from smallinit.data import TokenData
@@ -361,6 +459,7 @@ def test_fuzz_prepared_data_meta(token_dir, tmp_path, fault_table):
             else:
                 m[k] = v
         (d / "meta.json").write_text(json.dumps(m))
+
         def open_data():
             data = TokenData(d)
             return data.vocab_size, data.eot_id, data.bos_id, len(data.train), len(data.val)

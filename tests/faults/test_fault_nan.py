@@ -14,10 +14,10 @@ import math
 
 import pytest
 import torch
-
 from faultkit import fault_overrides, fault_table, losses, same_weights, weights  # noqa: F401
-from smallinit.checkpoint import list_checkpoints, read_checkpoint
-from smallinit.errors import DivergenceError
+
+from smallinit.core.errors import DivergenceError
+from smallinit.runs.checkpoint import list_checkpoints, read_checkpoint
 from smallinit.train import load_config, resume, train
 
 
@@ -82,5 +82,10 @@ def test_nan_and_inf_stop_the_run_naming_the_step(token_dir, tmp_path, fault_tab
     rd = tmp_path / "c0"
     resume(rd)
     assert losses(rd) == losses(ref) and same_weights(weights(rd), weights(ref))
-    fault_table.record("NaN/inf in the loss or the gradients", len(CASES), survived,
-                       "none (no non-finite checkpoint or log line)", "DivergenceError names the step")
+    fault_table.record(
+        "NaN/inf in the loss or the gradients",
+        len(CASES),
+        survived,
+        "none (no non-finite checkpoint or log line)",
+        "DivergenceError names the step",
+    )

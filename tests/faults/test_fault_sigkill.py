@@ -21,9 +21,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from faultkit import RUN, fault_overrides, fault_table, in_child, kill_self, losses, same_weights, weights  # noqa: F401
-from smallinit.checkpoint import latest_good_checkpoint, list_checkpoints, verify_checkpoint
+
+from smallinit.runs.checkpoint import latest_good_checkpoint, list_checkpoints, verify_checkpoint
 from smallinit.train import load_config, resume, train
 
 KINDS = ("timer", "mid_write", "before_rename", "mid_prune", "mid_step")
@@ -54,7 +54,7 @@ def plan(seed: int, t_train: float) -> dict:
 
 def arm(p: dict) -> list:
     """In the child: install the kill for plan ``p``; returns the trainer callbacks to use."""
-    import smallinit.checkpoint as ck
+    import smallinit.runs.checkpoint as ck
 
     kind = p["kind"]
     if kind == "mid_write":
@@ -97,6 +97,7 @@ def arm(p: dict) -> list:
 
         shutil.rmtree = rmtree
     elif kind == "mid_step":
+
         class Kill:
             def on_loss(self, trainer, step, loss):
                 if step == p["s"]:
@@ -136,8 +137,12 @@ def reference(token_dir, tmp_path_factory):
     rd = tmp_path_factory.mktemp("ref") / "run"
     train(load_config("tiny", fault_overrides(token_dir)), rd)
     wall = [json.loads(l)["wall_time"] for l in (rd / "metrics.jsonl").read_text().splitlines()]
-    return {"losses": losses(rd), "weights": weights(rd), "seconds": wall[-1] - wall[0],  # first log → end
-            "ckpts": [c.name for c in list_checkpoints(rd)]}
+    return {
+        "losses": losses(rd),
+        "weights": weights(rd),
+        "seconds": wall[-1] - wall[0],  # first log → end
+        "ckpts": [c.name for c in list_checkpoints(rd)],
+    }
 
 
 @pytest.mark.timeout(400)
@@ -172,17 +177,29 @@ def test_sigkill_at_random_moments_then_resume(reference, token_dir, tmp_path, f
         left = sorted(x.name for x in (rd / "checkpoints").iterdir())
         r["clean"] = left == reference["ckpts"] and all(_verifies(c) for c in list_checkpoints(rd))
         expect = p["expect"] if p["expect"] is not None else r["found"]  # timer: whatever was complete
-        r["ok"] = (code == -9 and r["verified_after_kill"] and r["resumed_from"] == r["found"] == expect
-                   and r["same_losses"] and r["same_weights"] and r["clean"])
+        r["ok"] = (
+            code == -9
+            and r["verified_after_kill"]
+            and r["resumed_from"] == r["found"] == expect
+            and r["same_losses"]
+            and r["same_weights"]
+            and r["clean"]
+        )
         results.append(r)
 
     survived = sum(r["ok"] for r in results)
     lost = sum(not (r["same_losses"] and r["same_weights"]) for r in results)
     redone = max(r["logged"] - r["resumed_from"] for r in results)
-    fault_table.record("SIGKILL at a random moment (timer, mid-write, before rename, mid-prune, mid-step)",
-                       len(results), survived, "none" if lost == 0 else f"{lost} runs differ",
-                       f"at most {redone} logged steps recomputed")
-    bad = [{k: v for k, v in r.items() if k not in ("n", "frac", "pick", "k", "c", "s")} for r in results if not r["ok"]]
+    fault_table.record(
+        "SIGKILL at a random moment (timer, mid-write, before rename, mid-prune, mid-step)",
+        len(results),
+        survived,
+        "none" if lost == 0 else f"{lost} runs differ",
+        f"at most {redone} logged steps recomputed",
+    )
+    bad = [
+        {k: v for k, v in r.items() if k not in ("n", "frac", "pick", "k", "c", "s")} for r in results if not r["ok"]
+    ]
     assert not bad, bad
     # the trials really were spread over the moments, several inside a checkpoint write
     assert {r["kind"] for r in results} == set(KINDS)

@@ -15,10 +15,10 @@ import random
 from pathlib import Path
 
 import pytest
-
 from faultkit import fault_overrides, fault_table, in_child, kill_self, losses, same_weights, weights  # noqa: F401
-from smallinit.checkpoint import list_checkpoints
+
 from smallinit.experiments.sweep import parse_sweep, run_state, run_sweep
+from smallinit.runs.checkpoint import list_checkpoints
 from smallinit.train import train
 
 STEPS, EVERY = 8, 4
@@ -28,15 +28,20 @@ SEEDS = range(3)
 
 
 def sweep_spec(token_dir):
-    over = fault_overrides(token_dir, **{"train.max_steps": STEPS, "train.ckpt_every": EVERY,
-                                         "train.keep_ckpts": 10, "train.eval_every": STEPS})
+    over = fault_overrides(
+        token_dir,
+        **{"train.max_steps": STEPS, "train.ckpt_every": EVERY, "train.keep_ckpts": 10, "train.eval_every": STEPS},
+    )
     return parse_sweep({"base": "tiny", "overrides": over, "grid": {"model.gamma": [0.5, 1.0, 1.5]}})
 
 
 def tree(d: Path) -> dict[str, tuple[str, int]]:
     """Every file under ``d``: relative path → (sha256, mtime_ns)."""
-    return {str(p.relative_to(d)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(d.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(d)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(d.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +49,7 @@ def reference(token_dir, tmp_path_factory):
     """The second run, trained without interruption from the same resolved config."""
     spec = sweep_spec(token_dir)
     rd = tmp_path_factory.mktemp("sweepref") / "run"
-    from smallinit.train.config import config_from_dict
+    from smallinit.config import config_from_dict
 
     cfg = config_from_dict(spec.runs[1].config.to_dict())
     cfg.train.progress = False
@@ -64,7 +69,7 @@ def test_sweep_killed_in_a_checkpoint_write_then_rerun(token_dir, tmp_path, refe
         out = tmp_path / f"sweep{seed}"
 
         def child():
-            import smallinit.checkpoint as ck
+            import smallinit.runs.checkpoint as ck
 
             real, count = ck._write_file, [0]
 
@@ -96,5 +101,10 @@ def test_sweep_killed_in_a_checkpoint_write_then_rerun(token_dir, tmp_path, refe
         assert not any(p.name.startswith(".tmp") for p in (second / "checkpoints").iterdir())
         assert "1/3 already finished" in "\n".join(logs)
         survived += 1
-    fault_table.record("sweep SIGKILLed inside a checkpoint write of its 2nd run, then rerun", len(SEEDS), survived,
-                       "none", "finished run untouched (bytes and mtimes); interrupted run resumed exactly")
+    fault_table.record(
+        "sweep SIGKILLed inside a checkpoint write of its 2nd run, then rerun",
+        len(SEEDS),
+        survived,
+        "none",
+        "finished run untouched (bytes and mtimes); interrupted run resumed exactly",
+    )

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from faultkit import fault_overrides, fault_table  # noqa: F401
 
 import smallinit
-from faultkit import fault_overrides, fault_table  # noqa: F401
-from smallinit.checkpoint import list_checkpoints, load_checkpoint, read_checkpoint
-from smallinit.errors import CheckpointError
+from smallinit.core.errors import CheckpointError
+from smallinit.runs.checkpoint import list_checkpoints, load_checkpoint, read_checkpoint
 from smallinit.train import load_config, resume, train
 
 
@@ -69,8 +69,13 @@ def test_malicious_pickle_in_optim_is_refused(run, tmp_path, fault_table):
             load()
         trials += 1
         assert not marker.exists(), "the payload ran"
-    fault_table.record("malicious pickle (__reduce__) in optim.pt, manifest re-signed", trials, trials,
-                       "none (payload never ran)", "CheckpointError: refused")
+    fault_table.record(
+        "malicious pickle (__reduce__) in optim.pt, manifest re-signed",
+        trials,
+        trials,
+        "none (payload never ran)",
+        "CheckpointError: refused",
+    )
 
 
 @pytest.mark.timeout(60)
@@ -94,7 +99,13 @@ def test_library_uses_only_safe_deserializers():
         for m in re.finditer(r"torch\.load\(([^)]*)\)", text):
             if "weights_only=True" not in m.group(1):
                 problems.append(f"{f}: {m.group(0)}")
-        for pat in (r"\bpickle\.loads?\(", r"\bmarshal\.loads?\(", r"yaml\.(unsafe_)?load\(", r"yaml\.Loader\b",
-                    r"allow_pickle\s*=\s*True", r"weights_only\s*=\s*False"):
+        for pat in (
+            r"\bpickle\.loads?\(",
+            r"\bmarshal\.loads?\(",
+            r"yaml\.(unsafe_)?load\(",
+            r"yaml\.Loader\b",
+            r"allow_pickle\s*=\s*True",
+            r"weights_only\s*=\s*False",
+        ):
             problems += [f"{f}: {m.group(0)}" for m in re.finditer(pat, text)]
     assert not problems, problems

@@ -23,8 +23,16 @@ from __future__ import annotations
 from smallinit.audit.figures import plot_audit
 from smallinit.audit.measure import audit, grad_eps_stats, implied_gamma, random_tokens
 from smallinit.audit.report import AUDIT_KIND, AuditReport, check_out_dir, load_report
-from smallinit.audit.rows import (EPS_AFFECTED, EPS_DOMINATED, BranchAudit, MatrixAudit, NormAudit, WidthFit,
-                                  WidthStudy, layer_kind)
+from smallinit.audit.rows import (
+    EPS_AFFECTED,
+    EPS_DOMINATED,
+    BranchAudit,
+    MatrixAudit,
+    NormAudit,
+    WidthFit,
+    WidthStudy,
+    layer_kind,
+)
 from smallinit.audit.widths import audit_widths, loglog_slope, width_quantities
 
 __all__ = [

@@ -17,8 +17,8 @@ def plot_audit(report, out_dir: str | os.PathLike) -> list[Path]:
     """``audit.png`` (implied γ per layer and matrix kind, saturation per norm, residual flow per block) and, with a
     width study, ``audit_widths.png`` (each quantity vs width, log-log, slope in the title) of an
     :class:`~smallinit.audit.report.AuditReport` (not imported here: ``AuditReport.save`` imports this module).
-    Saved atomically by :func:`smallinit.figures.save_png`."""
-    from smallinit.figures import pyplot, save_png
+    Saved atomically by :func:`smallinit.core.figures.save_png`."""
+    from smallinit.core.figures import pyplot, save_png
 
     plt = pyplot()
     out_dir = Path(out_dir)
@@ -71,7 +71,7 @@ def plot_audit(report, out_dir: str | os.PathLike) -> list[Path]:
         ncols = min(4, len(fits)) or 1
         nrows = math.ceil(len(fits) / ncols) or 1
         fig, axs = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows), squeeze=False)
-        for ax in axs.flat[len(fits):]:
+        for ax in axs.flat[len(fits) :]:
             ax.set_visible(False)
         for ax, f in zip(axs.flat, fits):
             pts = [(w, v) for w, v in zip(f.widths, f.values) if v is not None and v > 0]

@@ -28,15 +28,16 @@ their per-entry gradients shrink roughly like 1/√(tokens); real text gives lar
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from smallinit.audit.report import AuditReport
 from smallinit.audit.rows import BranchAudit, MatrixAudit, NormAudit
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 from smallinit.init import _default_fan_in
 
 __all__ = ["audit", "grad_eps_stats", "implied_gamma", "random_tokens"]
@@ -114,10 +115,15 @@ def audit(
     rec = _Recorder(norms, list(branches) if branches is not None else _find_branches(module))
     _sample_pass(module, params, sample_input, rec, loss_fn=loss_fn, backward=backward, grad_clip=grad_clip)
 
-    report = AuditReport(target=target or type(module).__name__, gamma=gamma, optimizer_eps=float(optimizer_eps),
-                         notes=list(notes))
-    report.sample = {**sample_desc, "loss": rec.loss, "grad_norm": rec.grad_norm,
-                     "grad_clip": grad_clip if grad_clip else None}
+    report = AuditReport(
+        target=target or type(module).__name__, gamma=gamma, optimizer_eps=float(optimizer_eps), notes=list(notes)
+    )
+    report.sample = {
+        **sample_desc,
+        "loss": rec.loss,
+        "grad_norm": rec.grad_norm,
+        "grad_clip": grad_clip if grad_clip else None,
+    }
     report.matrices = _matrix_rows(mats, rec.grads, gamma, float(optimizer_eps))
     report.norms = _norm_rows(norms, rec.norm_stats)
     report.branches = _branch_rows(rec.flows)
@@ -126,8 +132,10 @@ def audit(
 
 # ---- the steps of an audit -------------------------------------------------------------------------
 
-def _sample_batch(module: nn.Module, sample_input: Any, device: torch.device, batch: int, seq_len: int,
-                  seed: int) -> tuple[Any, dict[str, Any]]:
+
+def _sample_batch(
+    module: nn.Module, sample_input: Any, device: torch.device, batch: int, seq_len: int, seed: int
+) -> tuple[Any, dict[str, Any]]:
     """The batch of the sample pass and the report's description of it: ``sample_input`` as given, or (None)
     ``batch`` × ``seq_len`` random token ids over the model's ``config.vocab_size``, ``seq_len`` capped at the
     model's maximum length."""
@@ -182,6 +190,7 @@ class _Recorder:
                 x = x - x.mean(dim=-1, keepdim=True)
             self.norm_stats.setdefault(name, []).append(rmsnorm_saturation(x, eps))
             self._pending.setdefault(id(mod), []).append(h.detach())
+
         return hook
 
     def _branch_out(self, block: str, kind: str, norm: nn.Module):
@@ -196,12 +205,22 @@ class _Recorder:
             if y.shape != h.shape:
                 return
             self.flows.setdefault((block, kind), []).append(
-                (residual_flow(y, h), float(_wide(y).norm(dim=-1).mean()), float(_wide(h).norm(dim=-1).mean())))
+                (residual_flow(y, h), float(_wide(y).norm(dim=-1).mean()), float(_wide(h).norm(dim=-1).mean()))
+            )
+
         return hook
 
 
-def _sample_pass(module: nn.Module, params: list[nn.Parameter], sample_input: Any, rec: _Recorder, *,
-                 loss_fn: Callable[[Any, Any], torch.Tensor] | None, backward: bool, grad_clip: float | None) -> None:
+def _sample_pass(
+    module: nn.Module,
+    params: list[nn.Parameter],
+    sample_input: Any,
+    rec: _Recorder,
+    *,
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None,
+    backward: bool,
+    grad_clip: float | None,
+) -> None:
     """One forward pass of ``sample_input`` in eval mode with ``rec``'s hooks attached and (``backward``) one
     backward pass of the loss, recorded in ``rec``. The module is left as it was: hooks removed, train/eval mode,
     ``requires_grad`` and any existing ``.grad`` restored."""
@@ -253,21 +272,36 @@ def _clipped_grads(params: list[nn.Parameter], grad_clip: float | None) -> tuple
     return gn, grads
 
 
-def _matrix_rows(mats: list[tuple[str, torch.Tensor, int, torch.Tensor]], grads: dict[int, torch.Tensor],
-                 gamma: float, optimizer_eps: float) -> list[MatrixAudit]:
+def _matrix_rows(
+    mats: list[tuple[str, torch.Tensor, int, torch.Tensor]],
+    grads: dict[int, torch.Tensor],
+    gamma: float,
+    optimizer_eps: float,
+) -> list[MatrixAudit]:
     """A row per weight matrix: σ, implied γ, the γ-rule's target σ and, when its parameter got a gradient, the
     first-step statistics of the gradient entries the matrix covers."""
     rows = []
     for name, W, fan_in, p in mats:
         std = float(_wide(W).std()) if W.numel() > 1 else 0.0
-        row = MatrixAudit(name=name, shape=(int(W.shape[0]), int(W.shape[1])), fan_in=fan_in, std=std,
-                          implied_gamma=implied_gamma(std, fan_in), target_std=float(fan_in) ** (-gamma))
+        row = MatrixAudit(
+            name=name,
+            shape=(int(W.shape[0]), int(W.shape[1])),
+            fan_in=fan_in,
+            std=std,
+            implied_gamma=implied_gamma(std, fan_in),
+            target_std=float(fan_in) ** (-gamma),
+        )
         g = grads.get(id(p))
         if g is not None:
             gv = _view_of(W, p, g)
             if gv is not None:
                 st = grad_eps_stats(gv, optimizer_eps)
-                row.grad_rms, row.grad_below_eps, row.grad_damping, row.grad_zero = st["rms"], st["below"], st["damping"], st["zero"]
+                row.grad_rms, row.grad_below_eps, row.grad_damping, row.grad_zero = (
+                    st["rms"],
+                    st["below"],
+                    st["damping"],
+                    st["zero"],
+                )
         rows.append(row)
     return rows
 
@@ -281,10 +315,15 @@ def _norm_rows(norms: list[tuple[str, nn.Module]], norm_stats: dict[str, list[di
             continue
         k = len(calls)
         eom = [c["eps_over_ms"] for c in calls]
-        rows.append(NormAudit(
-            name=name, eps=float(_norm_eps(mod) or 0.0), mean_square=sum(c["mean_square"] for c in calls) / k,
-            saturation=sum(c["saturation"] for c in calls) / k,
-            eps_over_ms=sum(eom) / k if all(math.isfinite(e) for e in eom) else None))
+        rows.append(
+            NormAudit(
+                name=name,
+                eps=float(_norm_eps(mod) or 0.0),
+                mean_square=sum(c["mean_square"] for c in calls) / k,
+                saturation=sum(c["saturation"] for c in calls) / k,
+                eps_over_ms=sum(eom) / k if all(math.isfinite(e) for e in eom) else None,
+            )
+        )
     return rows
 
 
@@ -293,12 +332,20 @@ def _branch_rows(flows: dict[tuple[str, str], list[tuple[float, float, float]]])
     rows = []
     for (block, kind), vals in flows.items():
         k = len(vals)
-        rows.append(BranchAudit(block=block, branch=kind, flow=sum(v[0] for v in vals) / k,
-                                update=sum(v[1] for v in vals) / k, stream=sum(v[2] for v in vals) / k))
+        rows.append(
+            BranchAudit(
+                block=block,
+                branch=kind,
+                flow=sum(v[0] for v in vals) / k,
+                update=sum(v[1] for v in vals) / k,
+                stream=sum(v[2] for v in vals) / k,
+            )
+        )
     return rows
 
 
 # ---- what the steps use -----------------------------------------------------------------------------
+
 
 def _norm_eps(mod: nn.Module) -> float | None:
     for attr in ("eps", "variance_epsilon", "epsilon"):
@@ -432,10 +479,16 @@ def _default_loss(out: Any, sample_input: Any) -> torch.Tensor:
     if y is None:
         raise ConfigError("audit: the model's output holds no tensor to take a loss of; pass loss_fn=")
     logits = getattr(out, "logits", None)
-    if logits is None and isinstance(sample_input, torch.Tensor) and not sample_input.is_floating_point() \
-            and y.ndim == 3 and y.shape[:2] == sample_input.shape:
+    if (
+        logits is None
+        and isinstance(sample_input, torch.Tensor)
+        and not sample_input.is_floating_point()
+        and y.ndim == 3
+        and y.shape[:2] == sample_input.shape
+    ):
         logits = y
     if logits is not None and isinstance(sample_input, torch.Tensor) and sample_input.shape[1] >= 2:
-        return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
-                                           sample_input[:, 1:].reshape(-1).to(logits.device))
+        return nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]).float(), sample_input[:, 1:].reshape(-1).to(logits.device)
+        )
     return 0.5 * y.float().square().mean()

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["BranchAudit", "EPS_AFFECTED", "EPS_DOMINATED", "MatrixAudit", "NormAudit", "WidthFit", "WidthStudy",
-           "layer_kind"]
+__all__ = [
+    "BranchAudit",
+    "EPS_AFFECTED",
+    "EPS_DOMINATED",
+    "MatrixAudit",
+    "NormAudit",
+    "WidthFit",
+    "WidthStudy",
+    "layer_kind",
+]
 
 EPS_DOMINATED = 0.5
 """Saturation at or below which a norm is ε-dominated (DESIGN.md §2: ≤ 0.5 = ε dominates)."""
@@ -22,7 +30,7 @@ def layer_kind(name: str) -> tuple[int | None, str]:
         parts = parts[:-1]
     for i, p in enumerate(parts):
         if p.isdigit():
-            return int(p), ".".join(parts[i + 1:]) or ".".join(parts)
+            return int(p), ".".join(parts[i + 1 :]) or ".".join(parts)
     return None, ".".join(parts)
 
 

@@ -22,14 +22,14 @@ from __future__ import annotations
 import copy
 import json
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 
 __all__ = ["AuditTarget", "check_width_family", "load_target", "scale_model_config", "scale_hf_config"]
 
@@ -77,8 +77,9 @@ def _kv_for(n_heads_new: int, n_heads: int, n_kv: int) -> int:
     return 1
 
 
-def check_width_family(widths: Sequence[int], own: int, count_at: Callable[[int], int], max_params: int,
-                       what: str) -> None:
+def check_width_family(
+    widths: Sequence[int], own: int, count_at: Callable[[int], int], max_params: int, what: str
+) -> None:
     """Before any model is built: every width of ``--widths`` (but the audited one, ``own``) must make a model
     (``count_at(w)`` parameters, counted on the meta device: no memory) within the ``max_params`` budget — a width
     of 65536 used to allocate tens of GiB with no estimate first. ConfigError naming the first width that does not
@@ -88,13 +89,16 @@ def check_width_family(widths: Sequence[int], own: int, count_at: Callable[[int]
             continue
         n = count_at(w)
         if n > max_params:
-            raise ConfigError(f"--widths: width {w} builds a model of {n / 1e6:,.0f}M parameters ({what}; "
-                              f"{n * 4 / 2**30:,.1f} GiB of float32 weights before their gradients), above the "
-                              f"{max_params / 1e6:,.0f}M budget of --max-params; choose smaller widths or raise "
-                              "--max-params if the memory is there")
+            raise ConfigError(
+                f"--widths: width {w} builds a model of {n / 1e6:,.0f}M parameters ({what}; "
+                f"{n * 4 / 2**30:,.1f} GiB of float32 weights before their gradients), above the "
+                f"{max_params / 1e6:,.0f}M budget of --max-params; choose smaller widths or raise "
+                "--max-params if the memory is there"
+            )
 
 
 # ---- smallinit configs ----------------------------------------------------------------------------
+
 
 def scale_model_config(mcfg, width: int, n_layers: int | None = None, vocab_size: int | None = None):
     """``mcfg`` (a ModelConfig) at d_model = ``width``: n_heads = width / head_dim (head_dim kept), n_kv_heads
@@ -107,8 +111,12 @@ def scale_model_config(mcfg, width: int, n_layers: int | None = None, vocab_size
     nh = width // hd
     r = width / mcfg.d_model
     d = mcfg.to_dict()
-    d.update(d_model=width, n_heads=nh, n_kv_heads=_kv_for(nh, mcfg.n_heads, mcfg.n_kv_heads),
-             d_ff=max(1, round(mcfg.d_ff * r)))
+    d.update(
+        d_model=width,
+        n_heads=nh,
+        n_kv_heads=_kv_for(nh, mcfg.n_heads, mcfg.n_kv_heads),
+        d_ff=max(1, round(mcfg.d_ff * r)),
+    )
     if d.get("moe", {}).get("d_expert"):
         d["moe"]["d_expert"] = max(1, round(d["moe"]["d_expert"] * r))
     if n_layers is not None:
@@ -138,9 +146,21 @@ def _check_smallinit_widths(mcfg, widths, whole: bool, max_params, blocks, vocab
     check_width_family(widths, mcfg.d_model, count_at, max_params, f"{use_layers} blocks, vocabulary {use_vocab}")
 
 
-def _smallinit_target(label: str, kind: str, mcfg, *, optimizer_eps, grad_clip, max_params, blocks, vocab_cap,
-                      seed, notes: list[str], module: nn.Module | None = None,
-                      widths: Sequence[int] = ()) -> AuditTarget:
+def _smallinit_target(
+    label: str,
+    kind: str,
+    mcfg,
+    *,
+    optimizer_eps,
+    grad_clip,
+    max_params,
+    blocks,
+    vocab_cap,
+    seed,
+    notes: list[str],
+    module: nn.Module | None = None,
+    widths: Sequence[int] = (),
+) -> AuditTarget:
     from smallinit.model import Transformer
 
     full = mcfg.num_params()
@@ -153,21 +173,36 @@ def _smallinit_target(label: str, kind: str, mcfg, *, optimizer_eps, grad_clip, 
         module = Transformer(build_cfg)
     n = _n_params(module)
     if use_layers != mcfg.n_layers:
-        notes.append(f"!Audited on a copy with {use_layers} of {mcfg.n_layers} blocks at full width "
-                     f"({full / 1e6:.0f}M parameters exceed the {max_params / 1e6:.0f}M memory budget; --max-params).")
+        notes.append(
+            f"!Audited on a copy with {use_layers} of {mcfg.n_layers} blocks at full width "
+            f"({full / 1e6:.0f}M parameters exceed the {max_params / 1e6:.0f}M memory budget; --max-params)."
+        )
     if use_vocab != mcfg.vocab_size:
-        notes.append(f"Vocabulary cut from {mcfg.vocab_size} to {use_vocab} for the sample pass (embedding σ and "
-                     "hidden-state statistics unchanged; the output head's gradient is that of the smaller softmax).")
+        notes.append(
+            f"Vocabulary cut from {mcfg.vocab_size} to {use_vocab} for the sample pass (embedding σ and "
+            "hidden-state statistics unchanged; the output head's gradient is that of the smaller softmax)."
+        )
 
     def builder(w: int) -> nn.Module:
         torch.manual_seed(seed)
         return Transformer(scale_model_config(mcfg, w, use_layers, use_vocab))
 
-    return AuditTarget(label=label, kind=kind, module=module, notes=notes, optimizer_eps=optimizer_eps,
-                       grad_clip=grad_clip, full_params=full, audited_params=n, width=mcfg.d_model, _builder=builder)
+    return AuditTarget(
+        label=label,
+        kind=kind,
+        module=module,
+        notes=notes,
+        optimizer_eps=optimizer_eps,
+        grad_clip=grad_clip,
+        full_params=full,
+        audited_params=n,
+        width=mcfg.d_model,
+        _builder=builder,
+    )
 
 
 # ---- Hugging Face configs ---------------------------------------------------------------------------
+
 
 def read_hf_config(path: str | os.PathLike):
     """A ``transformers`` config from a model folder holding ``config.json`` or from a JSON file; never downloads
@@ -181,7 +216,7 @@ def read_hf_config(path: str | os.PathLike):
     except (OSError, ValueError) as e:
         raise ConfigError(f"{f}: not valid JSON ({e})") from None
     if not isinstance(d, dict) or "model_type" not in d:
-        raise ConfigError(f"{f}: a Hugging Face config needs a \"model_type\" field")
+        raise ConfigError(f'{f}: a Hugging Face config needs a "model_type" field')
     try:
         from transformers import AutoConfig
     except ImportError:  # pragma: no cover - transformers is a dependency
@@ -195,11 +230,14 @@ def read_hf_config(path: str | os.PathLike):
     try:
         cfg = AutoConfig.for_model(model_type, **d)
     except StrictDataclassError as e:  # a known model type with impossible values
-        raise ConfigError(f"{f}: transformers refuses this {model_type!r} config ({' '.join(str(e).split())[:200]})"
-                          ) from None
+        raise ConfigError(
+            f"{f}: transformers refuses this {model_type!r} config ({' '.join(str(e).split())[:200]})"
+        ) from None
     except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"{f}: transformers cannot build model_type {model_type!r} "
-                          f"({str(e).splitlines()[0][:160]}); custom-code models are not run") from None
+        raise ConfigError(
+            f"{f}: transformers cannot build model_type {model_type!r} "
+            f"({str(e).splitlines()[0][:160]}); custom-code models are not run"
+        ) from None
     for k in HF_SIZES:  # transformers accepts hidden_size: -64 or intermediate_size: 0; building them fails late
         v = getattr(cfg, k, None)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -207,9 +245,21 @@ def read_hf_config(path: str | os.PathLike):
     return cfg
 
 
-HF_SIZES = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
-            "head_dim", "vocab_size", "max_position_embeddings", "moe_intermediate_size", "num_experts",
-            "num_local_experts", "n_routed_experts", "num_experts_per_tok")
+HF_SIZES = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "max_position_embeddings",
+    "moe_intermediate_size",
+    "num_experts",
+    "num_local_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+)
 """Sizes of a Hugging Face config that must be positive integers when present (not None)."""
 
 
@@ -226,7 +276,9 @@ def scale_hf_config(cfg, width: int | None = None, n_layers: int | None = None, 
     if width is not None and width != cfg.hidden_size:
         hd = _hf_head_dim(cfg)
         if width % hd:
-            raise ConfigError(f"--widths: {width} is not a multiple of head_dim {hd} (heads are scaled keeping head_dim)")
+            raise ConfigError(
+                f"--widths: {width} is not a multiple of head_dim {hd} (heads are scaled keeping head_dim)"
+            )
         nh = width // hd
         r = width / cfg.hidden_size
         kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
@@ -264,7 +316,9 @@ def _hf_build(cfg, seed: int) -> nn.Module:
     try:
         return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     except (ValueError, KeyError) as e:
-        raise ConfigError(f"transformers cannot build a causal LM from this config ({str(e).splitlines()[0][:160]})") from None
+        raise ConfigError(
+            f"transformers cannot build a causal LM from this config ({str(e).splitlines()[0][:160]})"
+        ) from None
 
 
 def _hf_target(path: Path, *, max_params, blocks, vocab_cap, seed, widths: Sequence[int] = ()) -> AuditTarget:
@@ -275,50 +329,79 @@ def _hf_target(path: Path, *, max_params, blocks, vocab_cap, seed, widths: Seque
         try:
             meta = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
         except (ValueError, KeyError) as e:
-            raise ConfigError(f"{path}: transformers cannot build a causal LM from this config "
-                              f"({str(e).splitlines()[0][:160]})") from None
+            raise ConfigError(
+                f"{path}: transformers cannot build a causal LM from this config ({str(e).splitlines()[0][:160]})"
+            ) from None
     full = _n_params(meta)
     del meta
     L = cfg.num_hidden_layers
     use_layers, use_vocab = L, cfg.vocab_size
-    notes = [f"Built from the config only ({type(cfg).__name__}; weights in the folder, if any, are not read): "
-             f"the init transformers' _init_weights draws (initializer_range = {getattr(cfg, 'initializer_range', '?')})."]
+    notes = [
+        f"Built from the config only ({type(cfg).__name__}; weights in the folder, if any, are not read): "
+        f"the init transformers' _init_weights draws (initializer_range = {getattr(cfg, 'initializer_range', '?')})."
+    ]
     if full > max_params:
         use_layers = min(blocks, L)
         if cfg.vocab_size > vocab_cap:
             use_vocab = vocab_cap
-        notes.append(f"!Audited on a copy with {use_layers} of {L} blocks at full width ({full / 1e9:.2f}B parameters "
-                     f"exceed the {max_params / 1e6:.0f}M memory budget; --max-params).")
+        notes.append(
+            f"!Audited on a copy with {use_layers} of {L} blocks at full width ({full / 1e9:.2f}B parameters "
+            f"exceed the {max_params / 1e6:.0f}M memory budget; --max-params)."
+        )
     if use_vocab != cfg.vocab_size:
-        notes.append(f"Vocabulary cut from {cfg.vocab_size} to {use_vocab} for the sample pass (embedding σ and "
-                     "hidden-state statistics unchanged; the output head's gradient is that of the smaller softmax).")
+        notes.append(
+            f"Vocabulary cut from {cfg.vocab_size} to {use_vocab} for the sample pass (embedding σ and "
+            "hidden-state statistics unchanged; the output head's gradient is that of the smaller softmax)."
+        )
     if widths:
+
         def count_at(w: int) -> int:
             with torch.device("meta"):
                 try:
-                    return _n_params(AutoModelForCausalLM.from_config(scale_hf_config(cfg, w, use_layers, use_vocab),
-                                                                      dtype=torch.float32))
+                    return _n_params(
+                        AutoModelForCausalLM.from_config(
+                            scale_hf_config(cfg, w, use_layers, use_vocab), dtype=torch.float32
+                        )
+                    )
                 except (ValueError, KeyError) as e:
-                    raise ConfigError(f"--widths: transformers cannot build width {w} "
-                                      f"({str(e).splitlines()[0][:160]})") from None
+                    raise ConfigError(
+                        f"--widths: transformers cannot build width {w} ({str(e).splitlines()[0][:160]})"
+                    ) from None
 
-        check_width_family(widths, cfg.hidden_size, count_at, max_params,
-                           f"{use_layers} blocks, vocabulary {use_vocab}")
+        check_width_family(
+            widths, cfg.hidden_size, count_at, max_params, f"{use_layers} blocks, vocabulary {use_vocab}"
+        )
     module = _hf_build(scale_hf_config(cfg, None, use_layers, use_vocab), seed)
 
     def builder(w: int) -> nn.Module:
         return _hf_build(scale_hf_config(cfg, w, use_layers, use_vocab), seed)
 
     label = str(path)
-    return AuditTarget(label=label, kind="hf-config", module=module, notes=notes, full_params=full,
-                       audited_params=_n_params(module), width=cfg.hidden_size, _builder=builder)
+    return AuditTarget(
+        label=label,
+        kind="hf-config",
+        module=module,
+        notes=notes,
+        full_params=full,
+        audited_params=_n_params(module),
+        width=cfg.hidden_size,
+        _builder=builder,
+    )
 
 
 # ---- dispatch ---------------------------------------------------------------------------------------
 
-def load_target(target: str, overrides: Sequence[str] = (), *, max_params: int = DEFAULT_MAX_PARAMS,
-                blocks: int = DEFAULT_BLOCKS, vocab_cap: int = DEFAULT_VOCAB_CAP, seed: int = 0,
-                widths: Sequence[int] = ()) -> AuditTarget:
+
+def load_target(
+    target: str,
+    overrides: Sequence[str] = (),
+    *,
+    max_params: int = DEFAULT_MAX_PARAMS,
+    blocks: int = DEFAULT_BLOCKS,
+    vocab_cap: int = DEFAULT_VOCAB_CAP,
+    seed: int = 0,
+    widths: Sequence[int] = (),
+) -> AuditTarget:
     """Resolve TARGET (checked in this order):
 
     1. a ``.json`` file or a folder with ``config.json`` → a Hugging Face config (built from the config);
@@ -335,8 +418,9 @@ def load_target(target: str, overrides: Sequence[str] = (), *, max_params: int =
     if max_params < 1:
         raise ConfigError(f"--max-params must be >= 1, got {max_params}")
     p = Path(target)
-    if (p.is_file() and p.suffix == ".json") or (p.is_dir() and (p / "config.json").is_file()
-                                                 and not (p / "config.yaml").is_file()):
+    if (p.is_file() and p.suffix == ".json") or (
+        p.is_dir() and (p / "config.json").is_file() and not (p / "config.yaml").is_file()
+    ):
         if overrides:
             raise ConfigError("dotted overrides apply to smallinit configs only, not to a Hugging Face config")
         return _hf_target(p, max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed, widths=widths)
@@ -352,16 +436,26 @@ def load_target(target: str, overrides: Sequence[str] = (), *, max_params: int =
         cfg = load_config(target, list(overrides))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return _smallinit_target(str(target), "smallinit-config", cfg.model, optimizer_eps=cfg.optim.eps,
-                             grad_clip=cfg.optim.grad_clip or None, max_params=max_params, blocks=blocks,
-                             vocab_cap=vocab_cap, seed=seed, notes=[], widths=widths)
+    return _smallinit_target(
+        str(target),
+        "smallinit-config",
+        cfg.model,
+        optimizer_eps=cfg.optim.eps,
+        grad_clip=cfg.optim.grad_clip or None,
+        max_params=max_params,
+        blocks=blocks,
+        vocab_cap=vocab_cap,
+        seed=seed,
+        notes=[],
+        widths=widths,
+    )
 
 
 def _run_target(p: Path, *, max_params, blocks, vocab_cap, seed, widths: Sequence[int] = ()) -> AuditTarget:
-    from smallinit.checkpoint import latest_good_checkpoint, load_checkpoint
+    from smallinit.config import config_from_dict
     from smallinit.model import ModelConfig
-    from smallinit.rundir import read_config
-    from smallinit.train.config import config_from_dict
+    from smallinit.runs.checkpoint import latest_good_checkpoint, load_checkpoint
+    from smallinit.runs.rundir import read_config
 
     raw = read_config(p)  # RunDirError (one error: line) when it is not YAML
     try:
@@ -383,9 +477,30 @@ def _run_target(p: Path, *, max_params, blocks, vocab_cap, seed, widths: Sequenc
         except (OSError, ValueError, AttributeError):
             pass
         notes = [f"!Weights of checkpoint {ckpt}{step}: a trained state, not a fresh init."]
-        return _smallinit_target(str(p), "smallinit-checkpoint", model.config, optimizer_eps=eps, grad_clip=clip,
-                                 max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed, notes=notes,
-                                 module=model, widths=widths)
-    return _smallinit_target(str(p), "smallinit-config", mcfg, optimizer_eps=eps, grad_clip=clip,
-                             max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed,
-                             notes=["No checkpoint in the run: a fresh init from its config.yaml."], widths=widths)
+        return _smallinit_target(
+            str(p),
+            "smallinit-checkpoint",
+            model.config,
+            optimizer_eps=eps,
+            grad_clip=clip,
+            max_params=max_params,
+            blocks=blocks,
+            vocab_cap=vocab_cap,
+            seed=seed,
+            notes=notes,
+            module=model,
+            widths=widths,
+        )
+    return _smallinit_target(
+        str(p),
+        "smallinit-config",
+        mcfg,
+        optimizer_eps=eps,
+        grad_clip=clip,
+        max_params=max_params,
+        blocks=blocks,
+        vocab_cap=vocab_cap,
+        seed=seed,
+        notes=["No checkpoint in the run: a fresh init from its config.yaml."],
+        widths=widths,
+    )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from smallinit.audit.rows import layer_kind
 
@@ -60,7 +61,7 @@ def render_columns(rows: list[tuple[str, ...]], width: int) -> list[str]:
     w[0] = max(12, min(w[0], width - rest))
     lines = []
     for k, r in enumerate(rows):
-        first = r[0] if len(r[0]) <= w[0] else "…" + r[0][-(w[0] - 1):]
+        first = r[0] if len(r[0]) <= w[0] else "…" + r[0][-(w[0] - 1) :]
         cells = [first.ljust(w[0])] + [c.rjust(w[i]) if k else c.rjust(w[i]) for i, c in enumerate(r[1:], 1)]
         lines.append("  ".join(cells).rstrip())
         if k == 0:

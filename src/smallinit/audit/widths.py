@@ -4,20 +4,22 @@ against width (the d^(1−γ) law of the branch update, the d^(−2γ) law of th
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from smallinit.audit.measure import audit
 from smallinit.audit.report import AuditReport
 from smallinit.audit.rows import WidthFit, WidthStudy, layer_kind
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 
 __all__ = ["audit_widths", "loglog_slope", "width_quantities"]
 
 
 def loglog_slope(x: Sequence[float], y: Sequence[float | None]) -> float | None:
     """Least-squares slope of ln y on ln x over the pairs with x, y > 0 (None with fewer than 2 such pairs)."""
-    pts = [(math.log(a), math.log(b)) for a, b in zip(x, y) if a and b is not None and a > 0 and b > 0
-           and math.isfinite(b)]
+    pts = [
+        (math.log(a), math.log(b)) for a, b in zip(x, y) if a and b is not None and a > 0 and b > 0 and math.isfinite(b)
+    ]
     if len(pts) < 2 or len({p[0] for p in pts}) < 2:
         return None
     mx = sum(p[0] for p in pts) / len(pts)

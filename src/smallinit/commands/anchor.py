@@ -25,16 +25,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps (default 2000)")
     p.add_argument("--seed", type=int, default=None, help="seed of data, init and order (default 0)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other setting of AnchorConfig (d_model, n_layers, n_heads, d_ff, batch_size, n_train, "
-                        "gate, norm_eps, weight_decay, held_out, threads, ...); repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other setting of AnchorConfig (d_model, n_layers, n_heads, d_ff, batch_size, n_train, "
+        "gate, norm_eps, weight_decay, held_out, threads, ...); repeatable",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def run(args: argparse.Namespace) -> int:
-    from smallinit.errors import ConfigError
+    from smallinit.config import parse_value
+    from smallinit.core.errors import ConfigError
     from smallinit.experiments.anchor import ANSWER_KINDS, AnchorConfig, train_anchor
-    from smallinit.train.config import parse_value
 
     kw = {}
     for item in args.set:
@@ -49,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
     log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
     r = train_anchor(cfg, args.out, log=log)
     f = r["final"]
-    print(f"anchor γ={cfg.gamma:g} seed {cfg.seed}: in-distribution acc {f['in_acc']:.3f}, held-out-pair acc "
-          f"{f['heldout_acc']:.3f} ({', '.join(f'{k} {v:.3f}' for k, v in f['heldout_acc_by_pair'].items())}); "
-          f"{r['wall_time']:.1f}s → {args.out}")
+    print(
+        f"anchor γ={cfg.gamma:g} seed {cfg.seed}: in-distribution acc {f['in_acc']:.3f}, held-out-pair acc "
+        f"{f['heldout_acc']:.3f} ({', '.join(f'{k} {v:.3f}' for k, v in f['heldout_acc_by_pair'].items())}); "
+        f"{r['wall_time']:.1f}s → {args.out}"
+    )
     print("held-out answers: " + ", ".join(f"{k} {f['answers'][k]:.3f}" for k in ANSWER_KINDS))
     return 0

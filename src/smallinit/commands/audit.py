@@ -5,34 +5,62 @@ from __future__ import annotations
 
 import argparse
 
-HELP = ("audit a model's initialization: implied γ per matrix, norm saturation, residual flow, first-step "
-        "gradients under Adam's ε (HF config/folder, smallinit run/checkpoint/preset/YAML)")
+HELP = (
+    "audit a model's initialization: implied γ per matrix, norm saturation, residual flow, first-step "
+    "gradients under Adam's ε (HF config/folder, smallinit run/checkpoint/preset/YAML)"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="TARGET",
-                   help="a Hugging Face model folder or config.json (built from the config, never downloading), "
-                        "a smallinit run or checkpoint directory, a preset name or a YAML config")
-    p.add_argument("overrides", nargs="*", default=[], metavar="section.key=value",
-                   help="for a preset/YAML, e.g. model.gamma=0.5")
-    p.add_argument("--gamma", type=float, default=1.0, help="the γ-rule to compare with: target σ = fan_in^-γ (default 1)")
-    p.add_argument("--widths", metavar="D1,D2,...", help="also rebuild the family at these widths and fit slopes vs width")
-    p.add_argument("--out", metavar="DIR", help="write audit.json, audit.md and figures here (new, empty, or a previous audit)")
-    p.add_argument("--eps", type=float, metavar="E",
-                   help="the optimizer's (Adam) ε (default: the config's optim.eps for smallinit targets, else 1e-8)")
+    p.add_argument(
+        "target",
+        metavar="TARGET",
+        help="a Hugging Face model folder or config.json (built from the config, never downloading), "
+        "a smallinit run or checkpoint directory, a preset name or a YAML config",
+    )
+    p.add_argument(
+        "overrides", nargs="*", default=[], metavar="section.key=value", help="for a preset/YAML, e.g. model.gamma=0.5"
+    )
+    p.add_argument(
+        "--gamma", type=float, default=1.0, help="the γ-rule to compare with: target σ = fan_in^-γ (default 1)"
+    )
+    p.add_argument(
+        "--widths", metavar="D1,D2,...", help="also rebuild the family at these widths and fit slopes vs width"
+    )
+    p.add_argument(
+        "--out", metavar="DIR", help="write audit.json, audit.md and figures here (new, empty, or a previous audit)"
+    )
+    p.add_argument(
+        "--eps",
+        type=float,
+        metavar="E",
+        help="the optimizer's (Adam) ε (default: the config's optim.eps for smallinit targets, else 1e-8)",
+    )
     p.add_argument("--batch", type=int, default=4, help="sequences of random token ids in the sample batch (default 4)")
-    p.add_argument("--seq", type=int, default=128, help="tokens per sequence (default 128, capped at the model's maximum)")
-    p.add_argument("--blocks", type=int, default=None, help="blocks in the copy audited when the model is too big (default 2)")
-    p.add_argument("--max-params", type=float, default=None,
-                   help="largest model built whole; bigger ones are audited on a --blocks copy at full width (default 5e8)")
-    p.add_argument("--grad-clip", type=float, default=None,
-                   help="clip the global gradient norm before counting (default: the config's optim.grad_clip, else off)")
+    p.add_argument(
+        "--seq", type=int, default=128, help="tokens per sequence (default 128, capped at the model's maximum)"
+    )
+    p.add_argument(
+        "--blocks", type=int, default=None, help="blocks in the copy audited when the model is too big (default 2)"
+    )
+    p.add_argument(
+        "--max-params",
+        type=float,
+        default=None,
+        help="largest model built whole; bigger ones are audited on a --blocks copy at full width (default 5e8)",
+    )
+    p.add_argument(
+        "--grad-clip",
+        type=float,
+        default=None,
+        help="clip the global gradient norm before counting (default: the config's optim.grad_clip, else off)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the init and of the sample tokens (default 0)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
 
 
 def _widths(text: str | None) -> list[int] | None:
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
 
     if not text:
         return None
@@ -48,7 +76,7 @@ def _widths(text: str | None) -> list[int] | None:
 def run(args: argparse.Namespace) -> int:
     from smallinit.audit import audit, audit_widths, check_out_dir
     from smallinit.audit.targets import DEFAULT_BLOCKS, DEFAULT_MAX_PARAMS, load_target
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
     from smallinit.init import check_gamma
 
     # every input is checked before any model is built
@@ -72,21 +100,38 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--grad-clip must be a finite number >= 0 (0 = off), got {args.grad_clip}")
     if not 0 <= args.seed < 2**63:
         raise ConfigError(f"--seed must be an integer in [0, 2^63), got {args.seed}")
-    tgt = load_target(args.target, args.overrides, max_params=int(args.max_params or DEFAULT_MAX_PARAMS),
-                      blocks=args.blocks or DEFAULT_BLOCKS, seed=args.seed, widths=widths or ())
+    tgt = load_target(
+        args.target,
+        args.overrides,
+        max_params=int(args.max_params or DEFAULT_MAX_PARAMS),
+        blocks=args.blocks or DEFAULT_BLOCKS,
+        seed=args.seed,
+        widths=widths or (),
+    )
     eps = args.eps if args.eps is not None else (tgt.optimizer_eps if tgt.optimizer_eps is not None else 1e-8)
     clip = args.grad_clip if args.grad_clip is not None else tgt.grad_clip
-    kw = dict(gamma=gamma, optimizer_eps=eps, grad_clip=clip or None, batch=args.batch, seq_len=args.seq, seed=args.seed)
+    kw = dict(
+        gamma=gamma, optimizer_eps=eps, grad_clip=clip or None, batch=args.batch, seq_len=args.seq, seed=args.seed
+    )
     notes = list(tgt.notes)
-    notes.append(f"{tgt.full_params / 1e6:.1f}M parameters in the full model; {tgt.audited_params / 1e6:.1f}M built "
-                 f"for the sample pass (width {tgt.width}).")
+    notes.append(
+        f"{tgt.full_params / 1e6:.1f}M parameters in the full model; {tgt.audited_params / 1e6:.1f}M built "
+        f"for the sample pass (width {tgt.width})."
+    )
     report = audit(tgt.module, target=tgt.label, notes=notes, **kw)
     del tgt.module
     if widths:
-        report.widths = audit_widths(lambda w: (tgt.build_at_width(w), None), widths,
-                                     notes=[f"each width rebuilt as {tgt.label} with heads scaled at fixed head_dim, "
-                                            "d_ff and key/value heads in proportion, the same blocks and vocabulary as "
-                                            "the audited model"], known={tgt.width: report}, **kw)
+        report.widths = audit_widths(
+            lambda w: (tgt.build_at_width(w), None),
+            widths,
+            notes=[
+                f"each width rebuilt as {tgt.label} with heads scaled at fixed head_dim, "
+                "d_ff and key/value heads in proportion, the same blocks and vocabulary as "
+                "the audited model"
+            ],
+            known={tgt.width: report},
+            **kw,
+        )
     print(report.table(width=100))
     if args.out:
         paths = report.save(args.out, figures=not args.no_figures)

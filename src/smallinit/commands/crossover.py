@@ -24,7 +24,7 @@ examples:
 
 
 def parse_tokens(text: str) -> int:
-    """"8M", "8e6", "500k", "1.5G" → an integer token count (> 0); argparse prints the error line."""
+    """ "8M", "8e6", "500k", "1.5G" → an integer token count (> 0); argparse prints the error line."""
     t = text.strip().lower().replace("_", "")
     mult = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}.get(t[-1:], 1.0)
     try:
@@ -48,7 +48,7 @@ def parse_positive(text: str) -> float:
 
 
 def parse_fraction(text: str) -> float:
-    """"1/4", "0.25" → 0.25; argparse prints the error line."""
+    """ "1/4", "0.25" → 0.25; argparse prints the error line."""
     from fractions import Fraction
 
     try:
@@ -63,7 +63,7 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
 
     import yaml
 
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
 
     if text.endswith((".yaml", ".yml")):
         p = Path(text)
@@ -77,8 +77,9 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
             raise ConfigError(f"arm file {text}: needs `name:` and `overrides:`")
         ov = d.get("overrides") or []
         if not isinstance(ov, (dict, list)):
-            raise ConfigError(f"arm file {text}: `overrides:` must be a mapping or a list of key=value, "
-                              f"not {type(ov).__name__}")
+            raise ConfigError(
+                f"arm file {text}: `overrides:` must be a mapping or a list of key=value, not {type(ov).__name__}"
+            )
         ov = [f"{k}={v}" for k, v in ov.items()] if isinstance(ov, dict) else [str(x) for x in ov]
         name = str(d["name"])
     else:
@@ -103,28 +104,58 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
     p.add_argument("arms", nargs="+", metavar="ARM", help="NAME:key=value,… or an arm YAML file (≥ 2 arms)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (new, empty, or this crossover's)")
-    p.add_argument("--tokens", type=parse_tokens, metavar="D",
-                   help="largest budget, e.g. 8M (default: --enough × the baseline's non-embedding parameters)")
-    p.add_argument("--enough", type=parse_positive, metavar="K",
-                   help="the declared budget, in tokens per non-embedding parameter, fixed before the runs: the loss "
-                        "claim is judged there (supported / not supported / inconclusive); without it, at the "
-                        "largest budget")
+    p.add_argument(
+        "--tokens",
+        type=parse_tokens,
+        metavar="D",
+        help="largest budget, e.g. 8M (default: --enough × the baseline's non-embedding parameters)",
+    )
+    p.add_argument(
+        "--enough",
+        type=parse_positive,
+        metavar="K",
+        help="the declared budget, in tokens per non-embedding parameter, fixed before the runs: the loss "
+        "claim is judged there (supported / not supported / inconclusive); without it, at the "
+        "largest budget",
+    )
     p.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds 0..K-1 for every arm (default 1)")
     p.add_argument("--config", default="tiny", metavar="PRESET_OR_YAML", help="base run config (default tiny)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every arm")
     p.add_argument("--baseline", help="the arm the others are compared with (default: the first)")
-    p.add_argument("--budgets", default="1/16,1/8,1/4,1/2,1", metavar="F,F,…",
-                   help="budgets as fractions of D (default 1/16,1/8,1/4,1/2,1)")
+    p.add_argument(
+        "--budgets",
+        default="1/16,1/8,1/4,1/2,1",
+        metavar="F,F,…",
+        help="budgets as fractions of D (default 1/16,1/8,1/4,1/2,1)",
+    )
     p.add_argument("--cooldown", type=float, default=0.2, help="decay over the last c of each budget (default 0.2)")
-    p.add_argument("--lrs", default="", metavar="LR,LR,…",
-                   help="tune each arm's learning rate over these values first (WSD runs of --tune-fraction·D; "
-                        "the grid grows past a winning edge value up to twice); default: no tuning")
-    p.add_argument("--tune-fraction", type=parse_fraction, default=0.25, metavar="F",
-                   help="length of a tuning run as a fraction of D, at least 1/4 (default 1/4)")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="runs at a time (default: one per core on the CPU, 1 with CUDA)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch threads per run (default: the cores shared by the runs trained at once)")
+    p.add_argument(
+        "--lrs",
+        default="",
+        metavar="LR,LR,…",
+        help="tune each arm's learning rate over these values first (WSD runs of --tune-fraction·D; "
+        "the grid grows past a winning edge value up to twice); default: no tuning",
+    )
+    p.add_argument(
+        "--tune-fraction",
+        type=parse_fraction,
+        default=0.25,
+        metavar="F",
+        help="length of a tuning run as a fraction of D, at least 1/4 (default 1/4)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="runs at a time (default: one per core on the CPU, 1 with CUDA)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads per run (default: the cores shared by the runs trained at once)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
     cluster_options.add_arguments(p)
 
@@ -132,7 +163,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _fractions(text: str) -> list[float]:
     from fractions import Fraction
 
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
 
     try:
         return [float(Fraction(x.strip())) for x in text.split(",") if x.strip()]
@@ -141,7 +172,7 @@ def _fractions(text: str) -> list[float]:
 
 
 def _rates(text: str) -> list[float]:
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
 
     try:
         return [float(x) for x in text.split(",") if x.strip()]
@@ -152,7 +183,7 @@ def _rates(text: str) -> list[float]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
     from smallinit.experiments.cost import default_jobs, usable_cores
     from smallinit.experiments.crossover import CrossoverSpec, check_output, run_crossover, tokens_for_enough
 
@@ -164,10 +195,19 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("two arms share a name")
     if args.tokens is None and args.enough is None:
         raise ConfigError("give --tokens D, --enough K (tokens per non-embedding parameter), or both")
-    spec = CrossoverSpec(arms=arms, baseline=args.baseline or next(iter(arms)), tokens=args.tokens or 1,
-                         base=args.config, overrides=list(args.set), seeds=list(range(args.seeds)),
-                         fractions=_fractions(args.budgets), cooldown=args.cooldown, lrs=_rates(args.lrs),
-                         tune_fraction=args.tune_fraction, enough=args.enough)
+    spec = CrossoverSpec(
+        arms=arms,
+        baseline=args.baseline or next(iter(arms)),
+        tokens=args.tokens or 1,
+        base=args.config,
+        overrides=list(args.set),
+        seeds=list(range(args.seeds)),
+        fractions=_fractions(args.budgets),
+        cooldown=args.cooldown,
+        lrs=_rates(args.lrs),
+        tune_fraction=args.tune_fraction,
+        enough=args.enough,
+    )
     if args.tokens is None:
         spec.tokens = tokens_for_enough(spec)
     spec.validate()
@@ -177,8 +217,7 @@ def run(args: argparse.Namespace) -> int:
         print_plan(spec, Path(args.out), args.threads or max(1, usable_cores() // jobs), jobs)
         return 0
     # each batch (tuning runs, trunks, branches) runs up to --jobs at a time, the cores shared among them
-    result = run_crossover(spec, args.out, workers=args.jobs or default_jobs(), threads=args.threads,
-                           launcher=launcher)
+    result = run_crossover(spec, args.out, workers=args.jobs or default_jobs(), threads=args.threads, launcher=launcher)
     for arm, a in result["analyses"].items():
         print(f"{arm} vs {spec.baseline}: {a['answer']}\n  verdict: {a['verdict']} — {a['reason']}")
     print(f"report: {Path(args.out) / 'crossover.md'}")
@@ -194,11 +233,19 @@ def print_plan(spec, out, threads: int, jobs: int) -> None:
     trunks, branches, budgets = plan_jobs(spec, out)
     gflops = measure_gflops(trunks[0].config, threads=threads)
     _, lines = training_seconds(spec, gflops)
-    tuning = (f"{len(spec.arms) * len(spec.lrs)} tuning runs (up to {len(spec.arms) * spec.tune_extend} more if an "
-              "edge rate wins) + " if spec.lrs else "")
-    print(f"{tuning}{len(trunks)} trunks + {len(branches)} branches; budgets "
-          f"{', '.join(f'{b.tokens:,}' for b in budgets)} tokens (time at {gflops:.1f} GFLOP/s per run, {threads} "
-          f"thread(s), {jobs} at a time)")
+    tuning = (
+        f"{len(spec.arms) * len(spec.lrs)} tuning runs (up to {len(spec.arms) * spec.tune_extend} more if an "
+        "edge rate wins) + "
+        if spec.lrs
+        else ""
+    )
+    print(
+        f"{tuning}{len(trunks)} trunks + {len(branches)} branches; budgets "
+        f"{', '.join(f'{b.tokens:,}' for b in budgets)} tokens (time at {gflops:.1f} GFLOP/s per run, {threads} "
+        f"thread(s), {jobs} at a time)"
+    )
     print("\n".join(lines))
-    print(f"total ≈ {fmt_seconds(crossover_wall_seconds(spec, gflops, jobs))} with {jobs} at a time (training only; "
-          "evaluations add a few %)")
+    print(
+        f"total ≈ {fmt_seconds(crossover_wall_seconds(spec, gflops, jobs))} with {jobs} at a time (training only; "
+        "evaluations add a few %)"
+    )

@@ -20,8 +20,9 @@ example (the claim-1 width check, issue 34 5c):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", nargs="+", metavar="RESULT",
-                   help="crossover folders (or their crossover.json), one per width")
+    p.add_argument(
+        "results", nargs="+", metavar="RESULT", help="crossover folders (or their crossover.json), one per width"
+    )
     p.add_argument("--variant", default="paper", help="the arm compared with each crossover's baseline (default paper)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (widths.json, widths.md, widths.png)")
     p.epilog = EPILOG
@@ -29,14 +30,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _read(result: str, variant: str) -> dict:
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
 
     path = Path(result)
     if path.is_dir():
         path = path / "crossover.json"
     if not path.is_file():
         raise ConfigError(f"{result}: no crossover.json there (is it a finished crossover folder?)")
-    from smallinit.rundir import read_json
+    from smallinit.runs.rundir import read_json
 
     x = read_json(path, strict=True)
     if not isinstance(x, dict) or variant not in (x.get("analyses") or {}):
@@ -45,10 +46,10 @@ def _read(result: str, variant: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
+    from smallinit.core.io import atomic_write_json, atomic_write_text, json_safe
+    from smallinit.core.outputs import check_out_dir, staged_dir
     from smallinit.experiments.claims.c01_loss import across_widths, plot_gap_by_tokens_per_param, widths_markdown
-    from smallinit.io import atomic_write_json, atomic_write_text, json_safe
-    from smallinit.outputs import check_out_dir, staged_dir
 
     seen: dict[str, str] = {}
     for r in args.results:
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     res["sources"] = [str(r) for r in args.results]
-    from smallinit.outputs import OutputPlan
+    from smallinit.core.outputs import OutputPlan
 
     with staged_dir(OutputPlan(plan.path, "widths", "replace" if plan.state == "continue" else plan.state)) as out:
         plot_gap_by_tokens_per_param(res, out / "widths.png")
@@ -71,9 +72,11 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_json(out / "widths.json", json_safe(res))
     for r in res["widths"]:
         g = r["gap"][r["judged"]]
-        print(f"{r['label']:>10}  N {r['non_embedding_params']:>9,.0f}  {r['seeds']} seeds  at "
-              f"{r['tokens_per_param'][r['judged']]:.3g} tokens/param: G = {g['value']:+.4f}  → {r['verdict']};"
-              f"  gap fit: {r['gap_fit_status']}")
+        print(
+            f"{r['label']:>10}  N {r['non_embedding_params']:>9,.0f}  {r['seeds']} seeds  at "
+            f"{r['tokens_per_param'][r['judged']]:.3g} tokens/param: G = {g['value']:+.4f}  → {r['verdict']};"
+            f"  gap fit: {r['gap_fit_status']}"
+        )
     print(res["scaling"])
     print(f"wrote {plan.path / 'widths.md'}, widths.json, widths.png")
     return 0

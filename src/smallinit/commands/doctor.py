@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from smallinit.doctor import check_run
+    from smallinit.runs.doctor import check_run
 
     report = check_run(args.run_dir)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.format())

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "plot runs overlaid (loss, stable rank, condensation, heatmaps, sinks, norm saturation, flow) into DIR/index.html"
+HELP = (
+    "plot runs overlaid (loss, stable rank, condensation, heatmaps, sinks, norm saturation, flow) into DIR/index.html"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (labelled by their config differences)")
+    p.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (labelled by their config differences)"
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files and index.html")
 
 

@@ -57,24 +57,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="corpora to read (see below)")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output directory: new or empty (a previous prepare is replaced only with --force)")
-    p.add_argument("--force", action="store_true",
-                   help="replace DIR if it holds a previous prepare (never a folder that is, holds or lies inside "
-                        "an INPUT); runs trained on the old data would no longer match it")
-    p.add_argument("--tokenizer", default="bpe",
-                   help="bpe (train byte-level BPE), byte, or a tokenizer.json path (default: bpe)")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output directory: new or empty (a previous prepare is replaced only with --force)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace DIR if it holds a previous prepare (never a folder that is, holds or lies inside "
+        "an INPUT); runs trained on the old data would no longer match it",
+    )
+    p.add_argument(
+        "--tokenizer", default="bpe", help="bpe (train byte-level BPE), byte, or a tokenizer.json path (default: bpe)"
+    )
     p.add_argument("--vocab-size", type=int, default=8192, help="BPE vocabulary size (default: 8192)")
-    p.add_argument("--val-fraction", type=float, default=0.01,
-                   help="share of each source held out for val (default: 0.01)")
-    p.add_argument("--weights", type=_weights, default=None, metavar="W1,W2,...",
-                   help="token share of each INPUT (repeat or subsample to reach it)")
+    p.add_argument(
+        "--val-fraction", type=float, default=0.01, help="share of each source held out for val (default: 0.01)"
+    )
+    p.add_argument(
+        "--weights",
+        type=_weights,
+        default=None,
+        metavar="W1,W2,...",
+        help="token share of each INPUT (repeat or subsample to reach it)",
+    )
     p.add_argument("--text-field", default="text", help="jsonl field / parquet or dataset column (default: text)")
-    p.add_argument("--max-bytes", type=_size, default=None, metavar="N",
-                   help="read at most N bytes of UTF-8 text per source (e.g. 5M; the text is cut there, at a "
-                        "character boundary)")
-    p.add_argument("--bpe-sample-bytes", type=_size, default=None, metavar="N",
-                   help="text used to train the BPE, over all sources (default: 100M)")
+    p.add_argument(
+        "--max-bytes",
+        type=_size,
+        default=None,
+        metavar="N",
+        help="read at most N bytes of UTF-8 text per source (e.g. 5M; the text is cut there, at a character boundary)",
+    )
+    p.add_argument(
+        "--bpe-sample-bytes",
+        type=_size,
+        default=None,
+        metavar="N",
+        help="text used to train the BPE, over all sources (default: 100M)",
+    )
     p.add_argument("--seed", type=_seed, default=0, help="seed of the val/mixing selection (default: 0)")
     p.add_argument("--workers", type=int, default=2, help="encoding threads (default: 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -109,9 +132,23 @@ def run(args: argparse.Namespace) -> int:
 
 def command_line(args: argparse.Namespace) -> str:
     """The equivalent command line, every option spelled out (recorded in meta.json)."""
-    argv = ["smallinit", "prepare", *args.inputs, "--out", str(args.out), "--tokenizer", args.tokenizer,
-            "--vocab-size", str(args.vocab_size), "--val-fraction", str(args.val_fraction),
-            "--text-field", args.text_field, "--seed", str(args.seed)]
+    argv = [
+        "smallinit",
+        "prepare",
+        *args.inputs,
+        "--out",
+        str(args.out),
+        "--tokenizer",
+        args.tokenizer,
+        "--vocab-size",
+        str(args.vocab_size),
+        "--val-fraction",
+        str(args.val_fraction),
+        "--text-field",
+        args.text_field,
+        "--seed",
+        str(args.seed),
+    ]
     if args.weights is not None:
         argv += ["--weights", ",".join(f"{w:g}" for w in args.weights)]
     if args.max_bytes is not None:

@@ -9,6 +9,7 @@ from smallinit.commands import cluster_options
 
 HELP = "run the experiments behind each claim of the paper and write a report with verdicts (report.md, index.html)"
 
+
 def _presets() -> str:
     """One line per preset from the presets themselves: claims and budget."""
     from smallinit.experiments.presets import PRESETS
@@ -38,16 +39,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from smallinit.experiments.presets import PRESETS
 
     p.epilog = EPILOG.format(presets=_presets())
-    p.add_argument("--preset", required=True, metavar="{" + ",".join(PRESETS) + "}", help="budget and scope (see below)")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (runs, report.md, index.html, claims.json)")
-    p.add_argument("--corpus", metavar="PREPARED_DIR", help="prepared data directory (prepared from builtin:stdlib if missing)")
-    p.add_argument("--seeds", type=int, default=None, metavar="K", help="seeds for claims 1, 9 and 10 (default: the preset's)")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="runs at a time (default: the preset's; for the CPU presets one per core)")
-    p.add_argument("--gflops", type=float, default=None,
-                   help="training GFLOP/s per job for the time estimates (default: measured here; gpu: 400000)")
-    p.add_argument("--hours", type=float, default=None, metavar="H",
-                   help="size the crossover's token budget so that the whole plan fits H hours here (says what it chose)")
+    p.add_argument(
+        "--preset", required=True, metavar="{" + ",".join(PRESETS) + "}", help="budget and scope (see below)"
+    )
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="output directory (runs, report.md, index.html, claims.json)"
+    )
+    p.add_argument(
+        "--corpus", metavar="PREPARED_DIR", help="prepared data directory (prepared from builtin:stdlib if missing)"
+    )
+    p.add_argument(
+        "--seeds", type=int, default=None, metavar="K", help="seeds for claims 1, 9 and 10 (default: the preset's)"
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="runs at a time (default: the preset's; for the CPU presets one per core)",
+    )
+    p.add_argument(
+        "--gflops",
+        type=float,
+        default=None,
+        help="training GFLOP/s per job for the time estimates (default: measured here; gpu: 400000)",
+    )
+    p.add_argument(
+        "--hours",
+        type=float,
+        default=None,
+        metavar="H",
+        help="size the crossover's token budget so that the whole plan fits H hours here (says what it chose)",
+    )
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that exited with an error")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated cost; run nothing")
     cluster_options.add_arguments(p)
@@ -57,6 +80,16 @@ def run(args: argparse.Namespace) -> int:
     from smallinit.experiments.reproduce import reproduce
 
     launcher = cluster_options.launcher(args, args.out, args.jobs)  # None: here; checked before any work
-    reproduce(args.preset, args.out, args.corpus, seeds=args.seeds, jobs=args.jobs, dry_run=args.dry_run,
-              gflops=args.gflops, retry_failed=args.retry_failed, hours=args.hours, launcher=launcher)
+    reproduce(
+        args.preset,
+        args.out,
+        args.corpus,
+        seeds=args.seeds,
+        jobs=args.jobs,
+        dry_run=args.dry_run,
+        gflops=args.gflops,
+        retry_failed=args.retry_failed,
+        hours=args.hours,
+        launcher=launcher,
+    )
     return 0

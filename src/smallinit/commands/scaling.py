@@ -1,6 +1,6 @@
 """``smallinit scaling RUN... --baseline KEY=VALUE --out DIR``: how much model is a variant worth?
 
-A thin layer over :func:`smallinit.scaling.analyse`: runs whose resolved config has KEY == VALUE form the
+A thin layer over :func:`smallinit.analysis.scaling.analyse`: runs whose resolved config has KEY == VALUE form the
 baseline family; the others are variants.
 L(N) = E + A·N^(−α) is fitted to the baseline's final validation losses (N = non-embedding
 parameters), and each variant of size N with loss L_v is worth N_eff = (A/(L_v − E))^(1/α) baseline
@@ -19,23 +19,30 @@ from pathlib import Path
 
 HELP = "fit L(N) = E + A·N^-α to a baseline family of runs and give each variant's effective size and gain"
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (config.yaml + summary.json)")
-    p.add_argument("--baseline", required=True, metavar="KEY=VALUE",
-                   help="config field that marks the baseline family, e.g. model.gamma=0.5; every other run is a variant")
-    p.add_argument("--label", default=None, metavar="KEY[,KEY...]",
-                   help="config fields that name (and group) the variants (default: the --baseline key)")
+    p.add_argument(
+        "--baseline",
+        required=True,
+        metavar="KEY=VALUE",
+        help="config field that marks the baseline family, e.g. model.gamma=0.5; every other run is a variant",
+    )
+    p.add_argument(
+        "--label",
+        default=None,
+        metavar="KEY[,KEY...]",
+        help="config fields that name (and group) the variants (default: the --baseline key)",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (scaling.json, scaling.png)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from smallinit.figures import plot_scaling
-    from smallinit.io import atomic_write_json, json_safe
-    from smallinit.scaling import analyse, parse_baseline, report_text, runs_table
-
-    from smallinit.outputs import check_out_dir
-
-    from smallinit.errors import ConfigError
+    from smallinit.analysis.scaling import analyse, parse_baseline, report_text, runs_table
+    from smallinit.core.errors import ConfigError
+    from smallinit.core.figures import plot_scaling
+    from smallinit.core.io import atomic_write_json, json_safe
+    from smallinit.core.outputs import check_out_dir
 
     seen: dict[str, str] = {}
     for r in args.runs:  # a run given twice would count twice in the fit
@@ -49,10 +56,16 @@ def run(args: argparse.Namespace) -> int:
     res = analyse(runs_table(args.runs), key, value, label_keys)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    variants = {name: [(v["N"], v["loss"], v["gain"]) for v in res["variants"] if v["label"] == name]
-                for name in res["groups"]}
-    plot_scaling(out / "scaling.png", [(r["N"], r["loss"]) for r in res["baseline"]["runs"]], variants, res["fit"],
-                 baseline_label=f"baseline {res['baseline']['key']}={res['baseline']['value']!r}")
+    variants = {
+        name: [(v["N"], v["loss"], v["gain"]) for v in res["variants"] if v["label"] == name] for name in res["groups"]
+    }
+    plot_scaling(
+        out / "scaling.png",
+        [(r["N"], r["loss"]) for r in res["baseline"]["runs"]],
+        variants,
+        res["fit"],
+        baseline_label=f"baseline {res['baseline']['key']}={res['baseline']['value']!r}",
+    )
     res["plot"] = "scaling.png"
     atomic_write_json(out / "scaling.json", json_safe(res))
     print(report_text(res))

@@ -15,7 +15,7 @@ import socket
 import threading
 from urllib.parse import urlparse
 
-from smallinit.errors import DataError
+from smallinit.core.errors import DataError
 
 HF_PROBE_TIMEOUT_S = 3.0
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -107,7 +107,5 @@ def load_hf_disk(src, text_field: str):
     elif src.hf_split:
         raise DataError(f"{src.spec}: the saved dataset has no splits, drop ':{src.hf_split}'")
     if text_field not in ds.column_names:
-        raise DataError(
-            f"{src.spec}: no column {text_field!r} (have: {', '.join(ds.column_names)}); use --text-field"
-        )
+        raise DataError(f"{src.spec}: no column {text_field!r} (have: {', '.join(ds.column_names)}); use --text-field")
     return ds

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from smallinit.errors import DataError
+from smallinit.core.errors import DataError
 
 
 def _window_len(seq_len: int, bos_id: int | None) -> int:
@@ -51,9 +51,7 @@ def _to_xy(win: np.ndarray, bos_id: int | None):
 class BatchLoader:
     """Deterministic random windows of a token array (see the module docstring for the formulas)."""
 
-    def __init__(
-        self, tokens: np.ndarray, seq_len: int, global_batch_size: int, seed: int, bos_id: int | None = None
-    ):
+    def __init__(self, tokens: np.ndarray, seq_len: int, global_batch_size: int, seed: int, bos_id: int | None = None):
         if seq_len < 1 or global_batch_size < 1:
             raise DataError(f"seq_len and global_batch_size must be >= 1, got {seq_len}, {global_batch_size}")
         self.tokens = tokens
@@ -118,11 +116,7 @@ def val_offsets(n_tokens: int, seq_len: int, bos_id: int | None = None) -> np.nd
 
 
 def val_batches(
-    tokens: np.ndarray,
-    seq_len: int,
-    batch_size: int,
-    max_batches: int | None = None,
-    bos_id: int | None = None,
+    tokens: np.ndarray, seq_len: int, batch_size: int, max_batches: int | None = None, bos_id: int | None = None
 ) -> Iterator[tuple]:
     """Iterator of (x, y) torch int64 batches of the val windows in order (the last may be smaller).
 

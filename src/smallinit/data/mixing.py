@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from smallinit.errors import DataError
+from smallinit.core.errors import DataError
 
 
 @dataclass
@@ -52,11 +52,7 @@ def _closest_prefix(sizes: np.ndarray, target: float) -> int:
 
 
 def plan_mix(
-    piece_tokens: list[np.ndarray],
-    names: list[str],
-    weights: list[float] | None,
-    val_fraction: float,
-    seed: int,
+    piece_tokens: list[np.ndarray], names: list[str], weights: list[float] | None, val_fraction: float, seed: int
 ) -> list[SourcePlan]:
     """Plan train/val piece selection for every source (see the module docstring for the rule)."""
     natural = np.array([int(t.sum()) for t in piece_tokens], dtype=np.float64)

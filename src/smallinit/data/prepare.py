@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from smallinit.core.errors import ConfigError, DataError
+from smallinit.core.outputs import install_dir, tmp_dir_for
 from smallinit.data.mixing import plan_mix
 from smallinit.data.sources import DataWarning, Source, SourceStats, iter_pieces, parse_source, piece_chars_for
 from smallinit.data.tokenizer import (
@@ -42,8 +44,6 @@ from smallinit.data.tokenizer import (
     token_dtype,
     train_bpe,
 )
-from smallinit.errors import ConfigError, DataError
-from smallinit.outputs import install_dir, tmp_dir_for
 
 META_FORMAT = "smallinit-tokens"
 META_VERSION = 1
@@ -76,7 +76,7 @@ def prepare_corpus(
     ``max_bytes`` caps the text read per source. ``num_workers`` sets RAYON_NUM_THREADS for the
     tokenizers library unless already set (it is read once per process).
 
-    ``out_dir`` follows the output-folder policy (:mod:`smallinit.outputs`): absent or empty, or a previous
+    ``out_dir`` follows the output-folder policy (:mod:`smallinit.core.outputs`): absent or empty, or a previous
     prepared data directory replaced only with ``force`` (runs trained on it would otherwise be silently
     paired with another tokenizer); never an input, a folder holding one or one inside one.
     """
@@ -114,8 +114,10 @@ def prepare_corpus(
 
         # 2. encode ------------------------------------------------------------------------------
         t0 = time.time()
-        encoded = [_encode_source(tok, src, tmp / f"_src{i}.bin", dtype, eot, text_field, max_bytes, progress)
-                   for i, src in enumerate(sources)]
+        encoded = [
+            _encode_source(tok, src, tmp / f"_src{i}.bin", dtype, eot, text_field, max_bytes, progress)
+            for i, src in enumerate(sources)
+        ]
         encode_s = time.time() - t0
 
         # 3. mix and 4. write ------------------------------------------------------------------------
@@ -151,8 +153,8 @@ def prepare_corpus(
             "seed": seed,
             "text_field": text_field,
             "max_bytes": max_bytes,
-            "command": command or _api_command(inputs, out_dir, tokenizer, vocab_size, val_fraction, weights,
-                                               text_field, seed, max_bytes),
+            "command": command
+            or _api_command(inputs, out_dir, tokenizer, vocab_size, val_fraction, weights, text_field, seed, max_bytes),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "timing_s": {
                 "tokenizer": round(tokenizer_s, 3),
@@ -169,8 +171,10 @@ def prepare_corpus(
         install_dir(tmp, plan)
     except OSError as e:  # a full disk, a folder made read-only meanwhile: one line, nothing left behind
         shutil.rmtree(tmp, ignore_errors=True)
-        raise DataError(f"{out}: could not write the prepared data ({e.strerror or e}"
-                        f"{': ' + str(e.filename) if getattr(e, 'filename', None) else ''}); nothing was changed")
+        raise DataError(
+            f"{out}: could not write the prepared data ({e.strerror or e}"
+            f"{': ' + str(e.filename) if getattr(e, 'filename', None) else ''}); nothing was changed"
+        )
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -212,11 +216,14 @@ def _is_prepared(d: Path) -> bool:
 
 
 def _check_out_dir(out: Path, inputs: list[str], tok_path: Path | None, force: bool):
-    """The output-folder policy (:mod:`smallinit.outputs`) for DIR; DataError naming the reason."""
-    from smallinit.outputs import check_out_dir
+    """The output-folder policy (:mod:`smallinit.core.outputs`) for DIR; DataError naming the reason."""
+    from smallinit.core.outputs import check_out_dir
 
-    paths = [Path(i[3:].rsplit(":", 1)[0]) if i.startswith("hf:/") else Path(i)
-             for i in inputs if not i.startswith(("builtin:", "hf:")) or i.startswith("hf:/")]
+    paths = [
+        Path(i[3:].rsplit(":", 1)[0]) if i.startswith("hf:/") else Path(i)
+        for i in inputs
+        if not i.startswith(("builtin:", "hf:")) or i.startswith("hf:/")
+    ]
     if tok_path is not None:
         paths.append(Path(tok_path))
     try:
@@ -288,28 +295,30 @@ def _sources_meta(sources, encoded, plans, weights, train_spans, val_spans) -> l
         share = (train[src.name] + val[src.name]) / total
         target_share = plan.target / total_target
         pool = max(1, int(enc.piece_tokens[plan.pool].sum()))
-        out.append({
-            "name": src.name,
-            "input": src.spec,
-            "kind": src.kind,
-            "weight": None if weights is None else float(weights[i]),
-            "target_share": float(target_share),
-            "share": float(share),
-            "tokens": {"natural": natural, "train": train[src.name], "val": val[src.name]},
-            "repeat": plan.train_tokens(enc.piece_tokens) / pool,  # train tokens / unique train tokens
-            "documents": st.documents,
-            "pieces": st.pieces,
-            "chars": st.chars,
-            "bytes": st.bytes,
-            "chars_per_token": st.chars / text_tokens,
-            "bytes_per_token": st.bytes / text_tokens,
-            "encode_s": round(enc.wall_s, 4),
-            "encode_cpu_s": round(enc.cpu_s, 4),  # all threads of this process
-            "encode_mb_per_s": st.bytes / 1e6 / max(enc.wall_s, 1e-9),
-            "invalid_utf8_bytes": st.invalid_bytes,
-            "truncated_by_max_bytes": st.truncated,
-            "hash": st.digest(),
-        })
+        out.append(
+            {
+                "name": src.name,
+                "input": src.spec,
+                "kind": src.kind,
+                "weight": None if weights is None else float(weights[i]),
+                "target_share": float(target_share),
+                "share": float(share),
+                "tokens": {"natural": natural, "train": train[src.name], "val": val[src.name]},
+                "repeat": plan.train_tokens(enc.piece_tokens) / pool,  # train tokens / unique train tokens
+                "documents": st.documents,
+                "pieces": st.pieces,
+                "chars": st.chars,
+                "bytes": st.bytes,
+                "chars_per_token": st.chars / text_tokens,
+                "bytes_per_token": st.bytes / text_tokens,
+                "encode_s": round(enc.wall_s, 4),
+                "encode_cpu_s": round(enc.cpu_s, 4),  # all threads of this process
+                "encode_mb_per_s": st.bytes / 1e6 / max(enc.wall_s, 1e-9),
+                "invalid_utf8_bytes": st.invalid_bytes,
+                "truncated_by_max_bytes": st.truncated,
+                "hash": st.digest(),
+            }
+        )
         if weights is not None and abs(share / target_share - 1) > MIX_TOLERANCE:
             warnings.warn(
                 f"source {src.name!r}: token share {share:.3f} is more than {MIX_TOLERANCE:.0%} away from "
@@ -324,8 +333,14 @@ def _progress_bar(total, desc: str, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(
-        total=total, desc=desc, unit="B", unit_scale=True, disable=not enabled, file=sys.stderr,
-        dynamic_ncols=True, leave=True,
+        total=total,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        disable=not enabled,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        leave=True,
     )
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from smallinit.core.errors import DataError
 from smallinit.data.hf_sources import (  # noqa: F401 (re-exported: the hf: inputs live in hf_sources)
     HF_DEFAULT_ENDPOINT,
     HF_PROBE_TIMEOUT_S,
@@ -44,7 +45,6 @@ from smallinit.data.hf_sources import (  # noqa: F401 (re-exported: the hf: inpu
     load_hf_disk,
     load_hf_online,
 )
-from smallinit.errors import DataError
 
 PIECE_CHARS = 4096
 MIN_PIECE_CHARS = 256
@@ -195,9 +195,7 @@ def _parse_hf(spec: str) -> Source:
     if len(parts) > 3:
         raise DataError(f"{spec}: expected hf:NAME[:CONFIG][:SPLIT]")
     name, config, split = (parts + [None, None])[:3]
-    return Source(
-        spec, "hf", name.replace("/", "_"), hf_name=name, hf_config=config or None, hf_split=split or None
-    )
+    return Source(spec, "hf", name.replace("/", "_"), hf_name=name, hf_config=config or None, hf_split=split or None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,7 +389,7 @@ def iter_pieces(
         nbytes = len(raw)
         if max_bytes is not None and stats.bytes + nbytes >= max_bytes:
             if stats.bytes + nbytes > max_bytes:  # cut at the limit, never inside a character
-                text = raw[:max_bytes - stats.bytes].decode("utf-8", errors="ignore")
+                text = raw[: max_bytes - stats.bytes].decode("utf-8", errors="ignore")
                 nbytes = len(text.encode("utf-8"))
             stats.bytes += nbytes
             stats.chars += len(text)

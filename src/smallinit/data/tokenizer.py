@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from smallinit.errors import ConfigError, DataError
+from smallinit.core.errors import ConfigError, DataError
 
 EOT_TOKEN = "<|endoftext|>"
 SPECIAL_TOKENS = [EOT_TOKEN]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from smallinit.core.errors import DataError
 from smallinit.data.prepare import META_FORMAT, META_VERSION
 from smallinit.data.tokenizer import load_tokenizer
-from smallinit.errors import DataError
 
 
 class TokenData:
@@ -86,7 +86,7 @@ class TokenData:
         """The largest token id in split ``name`` (read in chunks of the memory map); -1 when it is empty."""
         arr, top = self.split(name), -1
         for i in range(0, len(arr), chunk):
-            top = max(top, int(arr[i:i + chunk].max()))
+            top = max(top, int(arr[i : i + chunk].max()))
         return top
 
     def check_seq_len(self, seq_len: int, bos: bool = False, need_val: bool = True) -> None:

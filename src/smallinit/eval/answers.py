@@ -31,9 +31,7 @@ from decimal import Decimal, InvalidOperation
 # ----------------------------------------------------------------------------- GSM8K
 
 # a number: optional sign and $, thousands-grouped or plain digits, optional decimals; or ".5"
-_NUMBER = re.compile(
-    r"(?<![\w.])[-+]?\$?\s?[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\d)|(?<![\w.])[-+]?\$?\.\d+"
-)
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\$?\s?[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\d)|(?<![\w.])[-+]?\$?\.\d+")
 
 
 def canonical_number(s: str) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from smallinit.errors import DataError
+from smallinit.core.errors import DataError
 from smallinit.eval.data import TaskResult, accuracy_stderr, read_jsonl
 
 BLIMP_DIR = "blimp"
@@ -31,8 +31,13 @@ def load_blimp(root: Path, limit: int | None = None) -> dict[str, list[tuple[str
     files = sorted(root.glob("*.jsonl")) if root.is_dir() else []
     if not files:
         raise DataError(f"{root}: no .jsonl files; expected {BLIMP_FORMAT}")
-    return {f.stem: [(str(r.get("sentence_good", BLIMP_FORMAT)), str(r.get("sentence_bad", BLIMP_FORMAT)))
-                     for r in read_jsonl(f, BLIMP_FORMAT, limit)] for f in files}
+    return {
+        f.stem: [
+            (str(r.get("sentence_good", BLIMP_FORMAT)), str(r.get("sentence_bad", BLIMP_FORMAT)))
+            for r in read_jsonl(f, BLIMP_FORMAT, limit)
+        ]
+        for f in files
+    }
 
 
 def score_blimp(scorer: Any, paradigms: dict[str, list[tuple[str, str]]], name: str = "blimp") -> TaskResult:
@@ -51,7 +56,11 @@ def score_blimp(scorer: Any, paradigms: dict[str, list[tuple[str, str]]], name: 
     all_ok = [r["correct"] for r in records]
     acc = float(np.mean(all_ok)) if all_ok else float("nan")
     subtasks = {p: {"acc": float(np.mean(v)), "n": len(v)} for p, v in by_paradigm.items() if v}
-    metrics = {"acc": acc, "acc_stderr": accuracy_stderr(acc, len(all_ok)),
-               "acc_macro": float(np.mean([s["acc"] for s in subtasks.values()])) if subtasks else float("nan"),
-               "n": len(all_ok), "shots": 0}
+    metrics = {
+        "acc": acc,
+        "acc_stderr": accuracy_stderr(acc, len(all_ok)),
+        "acc_macro": float(np.mean([s["acc"] for s in subtasks.values()])) if subtasks else float("nan"),
+        "n": len(all_ok),
+        "shots": 0,
+    }
     return TaskResult(name, metrics, records, subtasks)

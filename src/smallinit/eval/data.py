@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smallinit.errors import DataError
+from smallinit.core.errors import DataError
 
 
 @dataclass

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from smallinit.errors import DataError
+from smallinit.core.errors import DataError
 from smallinit.eval.answers import extract_gsm8k_answer, extract_math_answer, gsm8k_equal, last_boxed, math_equal
 from smallinit.eval.data import TaskResult, accuracy_stderr, read_jsonl
 from smallinit.eval.multiple_choice import fewshot_indices, fewshot_prompt
@@ -76,7 +76,9 @@ def load_math500(path: Path) -> list[GenItem]:
         gold = row.data.get("answer")
         gold = str(gold) if gold is not None else last_boxed(sol)
         if gold is None:
-            raise DataError(f"{row.where}: no 'answer' field and no \\boxed{{}} in the solution; expected {MATH500_FORMAT}")
+            raise DataError(
+                f"{row.where}: no 'answer' field and no \\boxed{{}} in the solution; expected {MATH500_FORMAT}"
+            )
         prompt = f"Problem:\n{problem}\n\nSolution:"
         meta = {k: row.data[k] for k in ("subject", "level") if k in row.data}
         items.append(GenItem(prompt, f"{prompt} {sol}", gold, meta))
@@ -120,15 +122,48 @@ def score_generation(
     return TaskResult(name, metrics, records, subtasks)
 
 
-def score_gsm8k(scorer: Any, items: list[GenItem], *, shots: int = GSM8K_SHOTS, pool: list[GenItem] | None = None,
-                exclude_self: bool = True, max_gen_toks: int = GSM8K_MAX_GEN) -> TaskResult:
-    return score_generation(scorer, "gsm8k", items, extract=extract_gsm8k_answer, equal=gsm8k_equal,
-                            until=["Question:", "\n\n"], max_gen_toks=max_gen_toks, shots=shots, pool=pool,
-                            exclude_self=exclude_self)
+def score_gsm8k(
+    scorer: Any,
+    items: list[GenItem],
+    *,
+    shots: int = GSM8K_SHOTS,
+    pool: list[GenItem] | None = None,
+    exclude_self: bool = True,
+    max_gen_toks: int = GSM8K_MAX_GEN,
+) -> TaskResult:
+    return score_generation(
+        scorer,
+        "gsm8k",
+        items,
+        extract=extract_gsm8k_answer,
+        equal=gsm8k_equal,
+        until=["Question:", "\n\n"],
+        max_gen_toks=max_gen_toks,
+        shots=shots,
+        pool=pool,
+        exclude_self=exclude_self,
+    )
 
 
-def score_math500(scorer: Any, items: list[GenItem], *, shots: int = MATH500_SHOTS, pool: list[GenItem] | None = None,
-                  exclude_self: bool = True, max_gen_toks: int = MATH500_MAX_GEN) -> TaskResult:
-    return score_generation(scorer, "math500", items, extract=extract_math_answer, equal=math_equal,
-                            until=["Problem:"], max_gen_toks=max_gen_toks, shots=shots, pool=pool,
-                            exclude_self=exclude_self, subtask_key="subject")
+def score_math500(
+    scorer: Any,
+    items: list[GenItem],
+    *,
+    shots: int = MATH500_SHOTS,
+    pool: list[GenItem] | None = None,
+    exclude_self: bool = True,
+    max_gen_toks: int = MATH500_MAX_GEN,
+) -> TaskResult:
+    return score_generation(
+        scorer,
+        "math500",
+        items,
+        extract=extract_math_answer,
+        equal=math_equal,
+        until=["Problem:"],
+        max_gen_toks=max_gen_toks,
+        shots=shots,
+        pool=pool,
+        exclude_self=exclude_self,
+        subtask_key="subject",
+    )

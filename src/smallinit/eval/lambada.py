@@ -39,8 +39,15 @@ def score_lambada(scorer: Any, items: list[tuple[str, str]], name: str = "lambad
     lls = [r[0] for r in results]
     hits = [bool(r[1]) for r in results]
     acc = float(np.mean(hits)) if hits else float("nan")
-    records = [{"index": i, "target": t, "loglikelihood": ll, "correct": h}
-               for i, ((_, t), ll, h) in enumerate(zip(items, lls, hits))]
-    metrics = {"acc": acc, "acc_stderr": accuracy_stderr(acc, len(hits)), "ppl": perplexity(lls, len(lls)),
-               "n": len(hits), "shots": 0}
+    records = [
+        {"index": i, "target": t, "loglikelihood": ll, "correct": h}
+        for i, ((_, t), ll, h) in enumerate(zip(items, lls, hits))
+    ]
+    metrics = {
+        "acc": acc,
+        "acc_stderr": accuracy_stderr(acc, len(hits)),
+        "ppl": perplexity(lls, len(lls)),
+        "n": len(hits),
+        "shots": 0,
+    }
     return TaskResult(name, metrics, records)

@@ -32,14 +32,16 @@ import sys
 import warnings
 from typing import Any
 
-from smallinit.device import resolve_device
+from smallinit.core.device import resolve_device
 
 try:
     from lm_eval.api.model import LM
     from lm_eval.api.registry import register_model
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError("the lm-evaluation-harness adapter needs lm-eval: pip install 'smallinit[lm-eval]' "
-                      f"(or pip install lm-eval); import failed: {e}") from e
+    raise ImportError(
+        "the lm-evaluation-harness adapter needs lm-eval: pip install 'smallinit[lm-eval]' "
+        f"(or pip install lm-eval); import failed: {e}"
+    ) from e
 
 DEFAULT_BATCH = 16
 
@@ -64,12 +66,21 @@ def _device(value: Any) -> str:
 class SmallinitLM(LM):
     """A smallinit checkpoint as an lm-eval ``LM`` (model_args in the module docstring)."""
 
-    def __init__(self, path: str, step: int | str | None = None, batch_size: int | str | None = DEFAULT_BATCH,
-                 device: str | None = None, max_length: int | str | None = None, max_gen_toks: int | str = 256,
-                 eot_token: str | None = None, max_batch_size: Any = None, **unused: Any):
+    def __init__(
+        self,
+        path: str,
+        step: int | str | None = None,
+        batch_size: int | str | None = DEFAULT_BATCH,
+        device: str | None = None,
+        max_length: int | str | None = None,
+        max_gen_toks: int | str = 256,
+        eot_token: str | None = None,
+        max_batch_size: Any = None,
+        **unused: Any,
+    ):
         super().__init__()
-        from smallinit.checkpoint import load_checkpoint, load_run_tokenizer
         from smallinit.eval.scorer import EOT, LMScorer
+        from smallinit.runs.checkpoint import load_checkpoint, load_run_tokenizer
 
         if unused:
             warnings.warn(f"smallinit model ignores model_args {sorted(unused)}", stacklevel=2)
@@ -80,9 +91,15 @@ class SmallinitLM(LM):
         if eot_id is None:
             raise ValueError(f"tokenizer of {path} has no token {token!r}; pass eot_token=<a special token it has>")
         self._device = _device(device)
-        self.scorer = LMScorer(model, tokenizer, batch_size=_batch_size(batch_size), device=self._device,
-                               max_length=int(max_length) if max_length else None, eot_id=eot_id,
-                               max_gen_toks=int(max_gen_toks))
+        self.scorer = LMScorer(
+            model,
+            tokenizer,
+            batch_size=_batch_size(batch_size),
+            device=self._device,
+            max_length=int(max_length) if max_length else None,
+            eot_id=eot_id,
+            max_gen_toks=int(max_gen_toks),
+        )
         self.path = str(path)
 
     @property
@@ -103,8 +120,12 @@ class SmallinitLM(LM):
 
     def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
         """[log p(text | eot)] for Instances with args (text,)."""
-        return self._run("loglikelihood_rolling", requests,
-                         lambda args: self.scorer.loglikelihood_rolling([a[0] for a in args]), disable_tqdm)
+        return self._run(
+            "loglikelihood_rolling",
+            requests,
+            lambda args: self.scorer.loglikelihood_rolling([a[0] for a in args]),
+            disable_tqdm,
+        )
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
         """Greedy continuations for Instances with args (context, gen_kwargs: until, max_gen_toks; do_sample=True

@@ -75,7 +75,7 @@ from typing import Any
 
 import numpy as np
 
-from smallinit.errors import DataError
+from smallinit.core.errors import DataError
 from smallinit.eval.data import Row, TaskResult, accuracy_stderr, read_csv, read_jsonl, read_records
 
 FEWSHOT_SEED = 1234
@@ -86,8 +86,10 @@ ARC_FILES = {"arc_easy": "arc/arc_easy_val.jsonl", "arc_challenge": "arc/arc_cha
 ARC_FORMAT = "JSON Lines with fields question, choices {text: [...], label: [...]}, answerKey"
 CMMLU_DIR = "cmmlu"
 CMMLU_FORMAT = "a folder cmmlu/test/ of CSV files with header ',Question,A,B,C,D,Answer' (optional cmmlu/dev/ alike)"
-YAML_FORMAT = ("a YAML mapping with keys file, question, choices (or fixed_choices, or context_choices + target), "
-               "label [, labels, fewshot_file, name, choice_prefix, blank]")
+YAML_FORMAT = (
+    "a YAML mapping with keys file, question, choices (or fixed_choices, or context_choices + target), "
+    "label [, labels, fewshot_file, name, choice_prefix, blank]"
+)
 
 
 @dataclass
@@ -162,8 +164,17 @@ def with_shots(
         prompt = fewshot_prompt([pool[j].demonstration() for j in idx], item.prompt)
         if item.contexts is not None:  # the demonstrations go before every per-choice context
             prefix = fewshot_prompt([pool[j].demonstration() for j in idx], "") if idx else ""
-            out.append(MCItem(item.prompt, item.choices, item.gold, item.meta, item.delimiter,
-                              [prefix + c for c in item.contexts], item.target))
+            out.append(
+                MCItem(
+                    item.prompt,
+                    item.choices,
+                    item.gold,
+                    item.meta,
+                    item.delimiter,
+                    [prefix + c for c in item.contexts],
+                    item.target,
+                )
+            )
             continue
         out.append(MCItem(prompt, item.choices, item.gold, item.meta, item.delimiter))
     return out, used
@@ -173,8 +184,11 @@ def mc_predictions(ll: np.ndarray, chars: list[int], nbytes: list[int]) -> tuple
     """(pred, pred_norm, pred_bytes) = argmax of ll, ll / chars, ll / bytes, exactly as lm-evaluation-harness
     (a zero length divides to ±inf or nan there too; numpy's argmax picks the first maximum, nan first)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (int(np.argmax(ll)), int(np.argmax(ll / np.asarray(chars, dtype=np.float64))),
-                int(np.argmax(ll / np.asarray(nbytes, dtype=np.float64))))
+        return (
+            int(np.argmax(ll)),
+            int(np.argmax(ll / np.asarray(chars, dtype=np.float64))),
+            int(np.argmax(ll / np.asarray(nbytes, dtype=np.float64))),
+        )
 
 
 def score_mc(scorer: Any, name: str, items: list[MCItem], shots: int = 0) -> TaskResult:
@@ -194,19 +208,33 @@ def score_mc(scorer: Any, name: str, items: list[MCItem], shots: int = 0) -> Tas
         correct_norm.append(pred_norm == item.gold)
         correct_bytes.append(pred_bytes == item.gold)
         records.append(
-            {"index": i, **item.meta, "gold": item.gold, "pred": pred, "pred_norm": pred_norm, "pred_bytes": pred_bytes,
-             "loglikelihoods": ll.tolist(), "correct": pred == item.gold, "correct_norm": pred_norm == item.gold}
+            {
+                "index": i,
+                **item.meta,
+                "gold": item.gold,
+                "pred": pred,
+                "pred_norm": pred_norm,
+                "pred_bytes": pred_bytes,
+                "loglikelihoods": ll.tolist(),
+                "correct": pred == item.gold,
+                "correct_norm": pred_norm == item.gold,
+            }
         )
     return TaskResult(name, _acc_metrics(correct, correct_norm, shots, correct_bytes), records)
 
 
-def _acc_metrics(correct: list[bool], correct_norm: list[bool], shots: int,
-                 correct_bytes: list[bool] | None = None) -> dict[str, float]:
+def _acc_metrics(
+    correct: list[bool], correct_norm: list[bool], shots: int, correct_bytes: list[bool] | None = None
+) -> dict[str, float]:
     n = len(correct)
     acc = float(np.mean(correct)) if n else float("nan")
     acc_norm = float(np.mean(correct_norm)) if n else float("nan")
-    out = {"acc": acc, "acc_stderr": accuracy_stderr(acc, n), "acc_norm": acc_norm,
-           "acc_norm_stderr": accuracy_stderr(acc_norm, n)}
+    out = {
+        "acc": acc,
+        "acc_stderr": accuracy_stderr(acc, n),
+        "acc_norm": acc_norm,
+        "acc_norm_stderr": accuracy_stderr(acc_norm, n),
+    }
     if correct_bytes is not None:
         acc_bytes = float(np.mean(correct_bytes)) if n else float("nan")
         out.update(acc_bytes=acc_bytes, acc_bytes_stderr=accuracy_stderr(acc_bytes, n))
@@ -235,10 +263,16 @@ def _index(value: Any, n: int, row: Row, fmt: str) -> int:
 
 def _strings(row: Row, key: str, value: Any, fmt: str, many: bool = False) -> None:
     """DataError unless ``value`` is a string (``many``: a non-empty list of strings)."""
-    ok = (isinstance(value, list) and value and all(isinstance(v, str) for v in value)) if many else isinstance(value, str)
+    ok = (
+        (isinstance(value, list) and value and all(isinstance(v, str) for v in value))
+        if many
+        else isinstance(value, str)
+    )
     if not ok:
-        raise DataError(f"{row.where}: '{key}' must be {'a non-empty list of strings' if many else 'text'}, "
-                        f"got {value!r:.60}; expected {fmt}")
+        raise DataError(
+            f"{row.where}: '{key}' must be {'a non-empty list of strings' if many else 'text'}, "
+            f"got {value!r:.60}; expected {fmt}"
+        )
 
 
 def load_hellaswag(path: Path, limit: int | None = None) -> list[MCItem]:
@@ -252,9 +286,13 @@ def load_hellaswag(path: Path, limit: int | None = None) -> list[MCItem]:
         if not isinstance(endings, list) or not endings:
             raise DataError(f"{row.where}: 'endings' must be a non-empty list; expected {HELLASWAG_FORMAT}")
         _strings(row, "endings", endings, HELLASWAG_FORMAT, many=True)
-        items.append(MCItem(_hellaswag_clean(f"{g('activity_label')}: {ctx}"),
-                            [_hellaswag_clean(e) for e in endings],
-                            _index(g("label"), len(endings), row, HELLASWAG_FORMAT)))
+        items.append(
+            MCItem(
+                _hellaswag_clean(f"{g('activity_label')}: {ctx}"),
+                [_hellaswag_clean(e) for e in endings],
+                _index(g("label"), len(endings), row, HELLASWAG_FORMAT),
+            )
+        )
     return items
 
 
@@ -267,13 +305,16 @@ def load_arc(path: Path, limit: int | None = None) -> list[MCItem]:
         texts, labels = row.get("choices.text", ARC_FORMAT), row.get("choices.label", ARC_FORMAT)
         key = row.get("answerKey", ARC_FORMAT)
         if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels) or not texts:
-            raise DataError(f"{row.where}: choices.text and choices.label must be lists of equal length; expected {ARC_FORMAT}")
+            raise DataError(
+                f"{row.where}: choices.text and choices.label must be lists of equal length; expected {ARC_FORMAT}"
+            )
         _strings(row, "choices.text", texts, ARC_FORMAT, many=True)
         if key not in labels:
             raise DataError(f"{row.where}: answerKey {key!r} not among labels {labels}; expected {ARC_FORMAT}")
         meta = {"id": row.data["id"]} if "id" in row.data else {}
-        items.append(MCItem(f"Question: {row.get('question', ARC_FORMAT)}\nAnswer:", list(texts),
-                            labels.index(key), meta))
+        items.append(
+            MCItem(f"Question: {row.get('question', ARC_FORMAT)}\nAnswer:", list(texts), labels.index(key), meta)
+        )
     return items
 
 
@@ -343,7 +384,7 @@ class YamlMCTask:
     blank: str | None = None
 
     @classmethod
-    def from_yaml(cls, path: Path) -> "YamlMCTask":
+    def from_yaml(cls, path: Path) -> YamlMCTask:
         import yaml
 
         path = Path(path)
@@ -357,8 +398,20 @@ class YamlMCTask:
             raise DataError(f"{path}: not UTF-8 text; expected {YAML_FORMAT}") from None
         if not isinstance(spec, dict):
             raise DataError(f"{path}: expected a YAML mapping; expected {YAML_FORMAT}")
-        known = {"name", "file", "fewshot_file", "question", "choices", "fixed_choices", "choice_prefix", "label", "labels",
-                 "context_choices", "target", "blank"}
+        known = {
+            "name",
+            "file",
+            "fewshot_file",
+            "question",
+            "choices",
+            "fixed_choices",
+            "choice_prefix",
+            "label",
+            "labels",
+            "context_choices",
+            "target",
+            "blank",
+        }
         unknown = sorted(set(spec) - known)
         if unknown:
             raise DataError(f"{path}: unknown key(s) {', '.join(unknown)}; expected {YAML_FORMAT}")
@@ -367,21 +420,27 @@ class YamlMCTask:
             if not spec.get(key):
                 raise DataError(f"{path}: missing key '{key}'; expected {YAML_FORMAT}")
         if sum(k in spec for k in ("choices", "fixed_choices", "context_choices")) != 1:
-            raise DataError(f"{path}: give exactly one of 'choices', 'fixed_choices' and 'context_choices'; "
-                            f"expected {YAML_FORMAT}")
+            raise DataError(
+                f"{path}: give exactly one of 'choices', 'fixed_choices' and 'context_choices'; expected {YAML_FORMAT}"
+            )
         if "target" in spec and not partial:
             raise DataError(f"{path}: 'target' goes with 'context_choices'; expected {YAML_FORMAT}")
         for key in ("file", "fewshot_file"):
             if key in spec and not isinstance(spec[key], str):
-                raise DataError(f"{path}: '{key}' must be a file name, not {type(spec[key]).__name__}; "
-                                f"expected {YAML_FORMAT}")
+                raise DataError(
+                    f"{path}: '{key}' must be a file name, not {type(spec[key]).__name__}; expected {YAML_FORMAT}"
+                )
         for key in ("choices", "labels", "context_choices", "fixed_choices"):
             v = spec.get(key)
             lists_only = key == "fixed_choices"
-            if v is not None and not ((isinstance(v, str) and not lists_only) or
-                                      (isinstance(v, list) and all(isinstance(x, (str, int, float)) for x in v))):
-                raise DataError(f"{path}: '{key}' must be {'a list' if lists_only else 'a field name or a list'} "
-                                f"of plain values, not {v!r}; expected {YAML_FORMAT}")
+            if v is not None and not (
+                (isinstance(v, str) and not lists_only)
+                or (isinstance(v, list) and all(isinstance(x, (str, int, float)) for x in v))
+            ):
+                raise DataError(
+                    f"{path}: '{key}' must be {'a list' if lists_only else 'a field name or a list'} "
+                    f"of plain values, not {v!r}; expected {YAML_FORMAT}"
+                )
         contexts = spec["context_choices"] if isinstance(spec.get("context_choices"), list) else []
         for template in [spec.get("question"), spec.get("target"), *contexts]:
             if isinstance(template, str):
@@ -390,12 +449,20 @@ class YamlMCTask:
         def rel(p: str | None) -> Path | None:
             return None if p is None else (Path(p) if Path(p).is_absolute() else path.parent / p)
 
-        return cls(name=str(spec.get("name") or path.stem), file=rel(spec["file"]), question=str(spec.get("question") or ""),
-                   choices=spec.get("choices"), label=str(spec["label"]), fixed_choices=spec.get("fixed_choices"),
-                   labels=spec.get("labels"), choice_prefix=str(spec.get("choice_prefix", " ")),
-                   fewshot_file=rel(spec.get("fewshot_file")), context_choices=spec.get("context_choices"),
-                   target=None if spec.get("target") is None else str(spec["target"]),
-                   blank=None if spec.get("blank") is None else str(spec["blank"]))
+        return cls(
+            name=str(spec.get("name") or path.stem),
+            file=rel(spec["file"]),
+            question=str(spec.get("question") or ""),
+            choices=spec.get("choices"),
+            label=str(spec["label"]),
+            fixed_choices=spec.get("fixed_choices"),
+            labels=spec.get("labels"),
+            choice_prefix=str(spec.get("choice_prefix", " ")),
+            fewshot_file=rel(spec.get("fewshot_file")),
+            context_choices=spec.get("context_choices"),
+            target=None if spec.get("target") is None else str(spec["target"]),
+            blank=None if spec.get("blank") is None else str(spec["blank"]),
+        )
 
     @property
     def fmt(self) -> str:
@@ -406,17 +473,20 @@ class YamlMCTask:
         if self.blank:
             text = row.get(self.blank, self.fmt)
             if not isinstance(text, str) or "_" not in text:
-                raise DataError(f"{row.where}: field '{self.blank}' (blank) has no '_' to split at; expected {self.fmt}")
+                raise DataError(
+                    f"{row.where}: field '{self.blank}' (blank) has no '_' to split at; expected {self.fmt}"
+                )
             i = text.index("_")
-            data[f"{self.blank}_before"], data[f"{self.blank}_after"] = text[:i], text[i + 1:].strip()
+            data[f"{self.blank}_before"], data[f"{self.blank}_after"] = text[:i], text[i + 1 :].strip()
         return data
 
     def _format(self, template: str, data: dict[str, Any], row: Row, what: str) -> str:
         try:
             return template.format_map(data)
         except (KeyError, IndexError, AttributeError, ValueError, TypeError) as e:
-            raise DataError(f"{row.where}: {what} template names field {e} which the record lacks; "
-                            f"expected {self.fmt}") from None
+            raise DataError(
+                f"{row.where}: {what} template names field {e} which the record lacks; expected {self.fmt}"
+            ) from None
 
     def item(self, row: Row) -> MCItem:
         fmt = self.fmt
@@ -429,7 +499,9 @@ class YamlMCTask:
             else:
                 contexts = row.get(str(self.context_choices), fmt)
                 if not isinstance(contexts, list) or not contexts:
-                    raise DataError(f"{row.where}: field '{self.context_choices}' is not a non-empty list; expected {fmt}")
+                    raise DataError(
+                        f"{row.where}: field '{self.context_choices}' is not a non-empty list; expected {fmt}"
+                    )
                 contexts = [str(c) for c in contexts]
             texts = contexts
         elif self.fixed_choices is not None:
@@ -455,8 +527,14 @@ class YamlMCTask:
         if gold is None or not 0 <= gold < len(texts):
             raise DataError(f"{row.where}: label {value!r} matches no choice of {len(texts)}; expected {fmt}")
         if contexts is not None:
-            return MCItem(prompt, contexts, gold, delimiter=self.choice_prefix, contexts=contexts,
-                          target=self._format(self.target or "", data, row, "target"))
+            return MCItem(
+                prompt,
+                contexts,
+                gold,
+                delimiter=self.choice_prefix,
+                contexts=contexts,
+                target=self._format(self.target or "", data, row, "target"),
+            )
         return MCItem(prompt, texts, gold, delimiter=self.choice_prefix)
 
     def load(self) -> tuple[list[MCItem], list[MCItem] | None]:

@@ -37,13 +37,14 @@ its own last position; finished rows leave the batch.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 
 EOT = "<|endoftext|>"
 
@@ -107,7 +108,9 @@ class LMScorer:
         self.batch_size = batch_size
         self.max_length = max_length or _context_length(model)
         if not self.max_length or self.max_length < 2:
-            raise ConfigError("cannot tell the model's context length: pass max_length (model.config.max_seq_len missing)")
+            raise ConfigError(
+                "cannot tell the model's context length: pass max_length (model.config.max_seq_len missing)"
+            )
         self.eot_id = eot_id if eot_id is not None else tokenizer.token_to_id(EOT)
         if self.eot_id is None:
             raise ConfigError(f"tokenizer has no {EOT} token; pass eot_id")

@@ -10,7 +10,7 @@ A task is a function ``fn(scorer, data_dir, opts) -> TaskResult`` that reads its
     gsm8k, math500                              generation.py      (exact_match)
 
 Any task name ending in ``.yaml``/``.yml`` is a path to a YAML multiple-choice task
-(``multiple_choice.YamlMCTask``). The default data directory is ``smallinit.paths.shared_data_dir()``.
+(``multiple_choice.YamlMCTask``). The default data directory is ``smallinit.core.paths.shared_data_dir()``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from smallinit.errors import ConfigError, DataError
+from smallinit.core.errors import ConfigError, DataError
 from smallinit.eval import blimp as _blimp
 from smallinit.eval import generation as _gen
 from smallinit.eval import lambada as _lambada
@@ -78,9 +79,14 @@ def _cmmlu(scorer, data_dir: Path, o: TaskOptions) -> TaskResult:
     for rec, subject in zip(res.records, subjects):
         groups.setdefault(subject, []).append(rec)
         rec["index"] = len(groups[subject]) - 1
-    res.subtasks = {s: {"acc": sum(r["correct"] for r in g) / len(g),
-                        "acc_norm": sum(r["correct_norm"] for r in g) / len(g), "n": len(g)}
-                    for s, g in groups.items()}
+    res.subtasks = {
+        s: {
+            "acc": sum(r["correct"] for r in g) / len(g),
+            "acc_norm": sum(r["correct_norm"] for r in g) / len(g),
+            "n": len(g),
+        }
+        for s, g in groups.items()
+    }
     res.metrics["acc_macro"] = sum(v["acc"] for v in res.subtasks.values()) / len(res.subtasks)
     return res
 
@@ -97,15 +103,25 @@ def _gsm8k(scorer, data_dir: Path, o: TaskOptions) -> TaskResult:
     full = _gen.load_gsm8k(data_dir / _gen.GSM8K_FILE)
     train = data_dir / _gen.GSM8K_TRAIN_FILE
     pool = _gen.load_gsm8k(train) if train.is_file() else full
-    return _gen.score_gsm8k(scorer, _take(full, o.limit), shots=_gen.GSM8K_SHOTS if o.shots is None else o.shots,
-                            pool=pool, exclude_self=pool is full,
-                            max_gen_toks=o.max_gen_toks or _gen.GSM8K_MAX_GEN)
+    return _gen.score_gsm8k(
+        scorer,
+        _take(full, o.limit),
+        shots=_gen.GSM8K_SHOTS if o.shots is None else o.shots,
+        pool=pool,
+        exclude_self=pool is full,
+        max_gen_toks=o.max_gen_toks or _gen.GSM8K_MAX_GEN,
+    )
 
 
 def _math500(scorer, data_dir: Path, o: TaskOptions) -> TaskResult:
     full = _gen.load_math500(data_dir / _gen.MATH500_FILE)
-    return _gen.score_math500(scorer, _take(full, o.limit), shots=_gen.MATH500_SHOTS if o.shots is None else o.shots,
-                              pool=full, max_gen_toks=o.max_gen_toks or _gen.MATH500_MAX_GEN)
+    return _gen.score_math500(
+        scorer,
+        _take(full, o.limit),
+        shots=_gen.MATH500_SHOTS if o.shots is None else o.shots,
+        pool=full,
+        max_gen_toks=o.max_gen_toks or _gen.MATH500_MAX_GEN,
+    )
 
 
 def _yaml_task(path: Path) -> Callable[..., TaskResult]:
@@ -160,12 +176,14 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path:
         if not path.is_dir():
             raise DataError(f"{path}: data directory not found")
         return path
-    from smallinit.paths import shared_data_dir
+    from smallinit.core.paths import shared_data_dir
 
     path = shared_data_dir()
     if path is None:
-        raise DataError("no benchmark data: pass --data-dir DIR (or set SMALLINIT_DATA); "
-                        "expected DIR/<task>/... files as documented in smallinit.eval")
+        raise DataError(
+            "no benchmark data: pass --data-dir DIR (or set SMALLINIT_DATA); "
+            "expected DIR/<task>/... files as documented in smallinit.eval"
+        )
     return path
 
 
@@ -191,8 +209,10 @@ def run_tasks(
     names = parse_tasks(tasks)
     root = resolve_data_dir(data_dir) if needs_data_dir(names) else Path(data_dir or ".")
     opts = TaskOptions(limit=limit, shots=shots, max_gen_toks=max_gen_toks)
-    out: dict[str, Any] = {"tasks": {}, "config": {"data_dir": str(root), "limit": limit, "shots": shots,
-                                                   "max_gen_toks": max_gen_toks}}
+    out: dict[str, Any] = {
+        "tasks": {},
+        "config": {"data_dir": str(root), "limit": limit, "shots": shots, "max_gen_toks": max_gen_toks},
+    }
     for name in names:
         fn = TASKS.get(name) or _yaml_task(Path(name))
         with _progress(scorer, progress, name):
@@ -224,8 +244,10 @@ def results_markdown(results: dict[str, Any]) -> str:
         m = res.get("metrics", {})
         for key in [k for k in _HEADLINE if k in m]:
             err = m.get(f"{key}_stderr")
-            lines.append(f"| {name} | {key} | {_fmt(m[key])} | {_fmt(err) if err is not None else ''} "
-                         f"| {m.get('n', '')} | {m.get('shots', '')} |")
+            lines.append(
+                f"| {name} | {key} | {_fmt(m[key])} | {_fmt(err) if err is not None else ''} "
+                f"| {m.get('n', '')} | {m.get('shots', '')} |"
+            )
     return "\n".join(lines)
 
 

@@ -38,15 +38,16 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from smallinit.errors import ConfigError
-from smallinit.rundir import read_json
+from smallinit.core.errors import ConfigError
+from smallinit.runs.rundir import read_json
 
 SHIFTS: dict[int, int] = {1: 5, 2: 1, 3: -2, 4: -8}
 ANCHORS: tuple[int, ...] = (1, 2, 3, 4)
@@ -95,8 +96,10 @@ class AnchorConfig:
         if self.key_low > self.key_high:
             raise ConfigError(f"anchor: key_low={self.key_low} > key_high={self.key_high}")
         if lo_t <= max(ANCHORS) or hi_t >= self.vocab_size:
-            raise ConfigError(f"anchor: targets span [{lo_t}, {hi_t}]; they must lie in ({max(ANCHORS)}, "
-                              f"vocab_size={self.vocab_size}) — raise key_low or vocab_size")
+            raise ConfigError(
+                f"anchor: targets span [{lo_t}, {hi_t}]; they must lie in ({max(ANCHORS)}, "
+                f"vocab_size={self.vocab_size}) — raise key_low or vocab_size"
+            )
         if self.seq_len < 3:
             raise ConfigError(f"anchor: seq_len must be >= 3 (key and two anchors), got {self.seq_len}")
         for p in self.held_out:
@@ -124,7 +127,7 @@ class AnchorConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AnchorConfig":
+    def from_dict(cls, d: dict[str, Any]) -> AnchorConfig:
         """A validated AnchorConfig from plain data (a job file, ``--set`` values): unknown keys and values of the
         wrong type are a ConfigError; an integer is accepted where a float is expected."""
         import typing
@@ -137,8 +140,11 @@ class AnchorConfig:
             tp = hints[k]
             if tp is float and isinstance(v, int) and not isinstance(v, bool):
                 v = float(v)
-            ok = (isinstance(v, list) and all(isinstance(p, list) for p in v)) if k == "held_out" else (
-                isinstance(v, tp) and not (tp is not bool and isinstance(v, bool)))
+            ok = (
+                (isinstance(v, list) and all(isinstance(p, list) for p in v))
+                if k == "held_out"
+                else (isinstance(v, tp) and not (tp is not bool and isinstance(v, bool)))
+            )
             if not ok:
                 raise ConfigError(f"anchor setting {k}: expected {getattr(tp, '__name__', tp)}, got {v!r}")
             kw[k] = v
@@ -177,8 +183,9 @@ class AnchorData:
         return int(self.tokens.shape[0])
 
 
-def make_data(n: int, pairs: list[tuple[int, int]] | list[list[int]], cfg: AnchorConfig,
-              generator: torch.Generator) -> AnchorData:
+def make_data(
+    n: int, pairs: list[tuple[int, int]] | list[list[int]], cfg: AnchorConfig, generator: torch.Generator
+) -> AnchorData:
     """``n`` sequences whose anchor pair is drawn uniformly from ``pairs`` (key, position, fillers uniform)."""
     pt = torch.tensor([list(p) for p in pairs], dtype=torch.long)
     which = torch.randint(0, len(pt), (n,), generator=generator)
@@ -218,9 +225,18 @@ def model_config(cfg: AnchorConfig):
     """The task's :class:`~smallinit.model.ModelConfig`: untied head, ``gamma``/``norm_eps``/``gate`` from ``cfg``."""
     from smallinit.model import ModelConfig
 
-    return ModelConfig(vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                       d_ff=cfg.d_ff, max_seq_len=cfg.seq_len, norm_eps=cfg.norm_eps, gate=cfg.gate,
-                       gamma=cfg.gamma, tie_embeddings=False)
+    return ModelConfig(
+        vocab_size=cfg.vocab_size,
+        d_model=cfg.d_model,
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        d_ff=cfg.d_ff,
+        max_seq_len=cfg.seq_len,
+        norm_eps=cfg.norm_eps,
+        gate=cfg.gate,
+        gamma=cfg.gamma,
+        tie_embeddings=False,
+    )
 
 
 def build_model(cfg: AnchorConfig):
@@ -254,12 +270,16 @@ def evaluate(model, sets: dict[str, AnchorData], trained: list[tuple[int, int]])
         p_ho, ho_loss = _predict(model, sets["heldout"])
     finally:
         model.train(was)
-    correct = (p_ho == sets["heldout"].targets)
+    correct = p_ho == sets["heldout"].targets
     kinds = classify_answers(p_ho, sets["heldout"], trained)
     n = len(kinds)
-    out = {"val_loss": val_loss, "in_acc": float((p_in == sets["test"].targets).float().mean()),
-           "heldout_acc": float(correct.float().mean()), "heldout_loss": ho_loss,
-           "answers": {k: kinds.count(k) / n for k in ANSWER_KINDS}}
+    out = {
+        "val_loss": val_loss,
+        "in_acc": float((p_in == sets["test"].targets).float().mean()),
+        "heldout_acc": float(correct.float().mean()),
+        "heldout_loss": ho_loss,
+        "answers": {k: kinds.count(k) / n for k in ANSWER_KINDS},
+    }
     per_pair = {}
     for p in {tuple(x) for x in sets["heldout"].pairs.tolist()}:
         m = (sets["heldout"].pairs == torch.tensor(p)).all(-1)
@@ -269,12 +289,13 @@ def evaluate(model, sets: dict[str, AnchorData], trained: list[tuple[int, int]])
     return out
 
 
-def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
-                 log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def train_anchor(
+    cfg: AnchorConfig, out_dir: str | os.PathLike | None = None, log: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """Train one model on the anchor task and evaluate it (see the module docstring). Returns the result
     dict (also written to ``out_dir/result.json`` when given)."""
-    from smallinit.io import atomic_write_json
-    from smallinit.train.config import OptimConfig
+    from smallinit.config import OptimConfig
+    from smallinit.core.io import atomic_write_json
     from smallinit.train.host import prepare_cpu_process, restore_cpu_process
     from smallinit.train.schedule import lr_at
 
@@ -282,16 +303,20 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
     log = log or (lambda s: None)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
-        from smallinit.outputs import check_out_dir
+        from smallinit.core.outputs import check_out_dir
 
         check_out_dir(out, "anchor", can_continue=True, verb="anchor")
         before, now = read_json(out / "anchor.json"), json.loads(json.dumps(cfg.to_dict()))  # tuples as JSON lists
         defaults = json.loads(json.dumps(AnchorConfig().to_dict()))  # a field added since compares at its default
-        diff = sorted(k for k in set(before or {}) | set(now)
-                      if k != "threads" and (before or {}).get(k, defaults.get(k)) != now.get(k))
+        diff = sorted(
+            k
+            for k in set(before or {}) | set(now)
+            if k != "threads" and (before or {}).get(k, defaults.get(k)) != now.get(k)
+        )
         if before is not None and diff:  # threads are not part of the run (a resumed reproduction may use others)
-            raise ConfigError(f"{out} holds an anchor run with another config ({', '.join(diff[:4])} differ); "
-                              "choose another --out")
+            raise ConfigError(
+                f"{out} holds an anchor run with another config ({', '.join(diff[:4])} differ); choose another --out"
+            )
         out.mkdir(parents=True, exist_ok=True)
         for f in ("metrics.jsonl", "result.json", "summary.json"):
             (out / f).unlink(missing_ok=True)  # an interrupted earlier attempt: start over
@@ -305,14 +330,20 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
         trained = train_pairs(cfg.held_out)
         g = torch.Generator().manual_seed(1_000_003 * cfg.seed + 17)
         train = make_data(cfg.n_train, trained, cfg, g)
-        sets = {"tune": make_data(cfg.n_test, trained, cfg, g), "test": make_data(cfg.n_test, trained, cfg, g),
-                "heldout": make_data(cfg.n_test, [tuple(p) for p in cfg.held_out], cfg, g)}
+        sets = {
+            "tune": make_data(cfg.n_test, trained, cfg, g),
+            "test": make_data(cfg.n_test, trained, cfg, g),
+            "heldout": make_data(cfg.n_test, [tuple(p) for p in cfg.held_out], cfg, g),
+        }
         torch.manual_seed(cfg.seed)
         model = build_model(cfg)
         decay = [p for p in model.parameters() if p.ndim >= 2]
         no_decay = [p for p in model.parameters() if p.ndim < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.lr,
+            betas=(0.9, 0.95),
+        )
         ocfg = OptimConfig(lr=cfg.lr, warmup_steps=cfg.warmup_steps, schedule="cosine", min_lr_ratio=0.1)
         order_gen = torch.Generator().manual_seed(cfg.seed + 99)
         perm, pos = torch.randperm(len(train), generator=order_gen), 0
@@ -336,7 +367,7 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
                 logits = model(train.tokens[idx])[:, -1, :]
                 loss = F.cross_entropy(logits.float(), train.targets[idx])
                 if not math.isfinite(loss.item()):
-                    from smallinit.errors import DivergenceError
+                    from smallinit.core.errors import DivergenceError
 
                     raise DivergenceError(f"anchor: non-finite loss at step {step + 1} (lr {cfg.lr})")
                 opt.zero_grad(set_to_none=True)
@@ -350,8 +381,10 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
                     if mf:
                         mf.write(json.dumps(history[-1]) + "\n")
                         mf.flush()
-                    log(f"step {s}: loss {loss.item():.3f} val {ev['val_loss']:.3f} in-acc {ev['in_acc']:.3f} "
-                        f"held-out {ev['heldout_acc']:.3f} inferential {ev['answers']['inferential']:.3f}")
+                    log(
+                        f"step {s}: loss {loss.item():.3f} val {ev['val_loss']:.3f} in-acc {ev['in_acc']:.3f} "
+                        f"held-out {ev['heldout_acc']:.3f} inferential {ev['answers']['inferential']:.3f}"
+                    )
                 steps_run = s
                 learned = s % cfg.eval_every == 0 and ev["in_acc"] >= cfg.stop_in_acc
                 if cfg.stop_in_acc > 0 and s < cfg.steps and learned:
@@ -361,16 +394,30 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
             if mf:
                 mf.close()
         final = {k: v for k, v in ev.items() if not k.startswith("_")}
-        result = {"config": cfg.to_dict(), "train_pairs": [list(p) for p in trained], "shifts": SHIFTS,
-                  "final": final, "history": history, "steps_run": steps_run,
-                  "heldout_correct": "".join("1" if c else "0" for c in ev["_correct"].tolist()),
-                  "params": model.num_params(), "wall_time": time.time() - t_start}
+        result = {
+            "config": cfg.to_dict(),
+            "train_pairs": [list(p) for p in trained],
+            "shifts": SHIFTS,
+            "final": final,
+            "history": history,
+            "steps_run": steps_run,
+            "heldout_correct": "".join("1" if c else "0" for c in ev["_correct"].tolist()),
+            "params": model.num_params(),
+            "wall_time": time.time() - t_start,
+        }
         if out is not None:
             atomic_write_json(out / "result.json", result)
-            atomic_write_json(out / "summary.json", {"completed": True, "step": steps_run,
-                                                     "final_val_loss": final["val_loss"],
-                                                     "heldout_acc": final["heldout_acc"], "in_acc": final["in_acc"],
-                                                     "wall_time": result["wall_time"]})
+            atomic_write_json(
+                out / "summary.json",
+                {
+                    "completed": True,
+                    "step": steps_run,
+                    "final_val_loss": final["val_loss"],
+                    "heldout_acc": final["heldout_acc"],
+                    "in_acc": final["in_acc"],
+                    "wall_time": result["wall_time"],
+                },
+            )
         return result
     finally:
         torch.set_num_threads(old_threads)
@@ -378,9 +425,17 @@ def train_anchor(cfg: AnchorConfig, out_dir: str | os.PathLike | None = None,
 
 
 def _record(step: int, loss: float | None, lr: float, ev: dict[str, Any], t0: float) -> dict[str, Any]:
-    return {"step": step, "loss": loss, "lr": lr, "val_loss": ev["val_loss"], "in_acc": ev["in_acc"],
-            "heldout_acc": ev["heldout_acc"], "heldout_loss": ev["heldout_loss"], "answers": ev["answers"],
-            "wall_time": time.time() - t0}
+    return {
+        "step": step,
+        "loss": loss,
+        "lr": lr,
+        "val_loss": ev["val_loss"],
+        "in_acc": ev["in_acc"],
+        "heldout_acc": ev["heldout_acc"],
+        "heldout_loss": ev["heldout_loss"],
+        "answers": ev["answers"],
+        "wall_time": time.time() - t0,
+    }
 
 
 def anchor_flops(cfg: AnchorConfig) -> float:
@@ -391,5 +446,19 @@ def anchor_flops(cfg: AnchorConfig) -> float:
     return train + evals
 
 
-__all__ = ["ANCHORS", "ANSWER_KINDS", "AnchorConfig", "AnchorData", "SHIFTS", "anchor_flops", "build_model",
-           "classify_answers", "evaluate", "make_data", "model_config", "target_of", "train_anchor", "train_pairs"]
+__all__ = [
+    "ANCHORS",
+    "ANSWER_KINDS",
+    "AnchorConfig",
+    "AnchorData",
+    "SHIFTS",
+    "anchor_flops",
+    "build_model",
+    "classify_answers",
+    "evaluate",
+    "make_data",
+    "model_config",
+    "target_of",
+    "train_anchor",
+    "train_pairs",
+]

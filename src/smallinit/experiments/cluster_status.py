@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smallinit.errors import RunDirError
+from smallinit.core.errors import RunDirError
 
 CLUSTER_DIR = "cluster"
 """``OUT/cluster/``: ``jobs.json`` and submitit's folder ``logs/`` (scripts, pickles, each job's output)."""
@@ -82,7 +82,7 @@ class JobStatus:
 
 
 def _progress(run: Path) -> str:
-    from smallinit.rundir import last_step, read_config
+    from smallinit.runs.rundir import last_step, read_config
 
     try:
         total = int((read_config(run) or {}).get("train", {}).get("max_steps", 0))
@@ -96,7 +96,7 @@ def _status(r: dict[str, Any], out: Path, live: str | None) -> JobStatus:
     """One job; ``live``: its SLURM state (RUNNING or ENDED for a local job), None where nobody can say."""
     from submitit.core.utils import JobPaths, pickle_load
 
-    from smallinit.rundir import read_json, run_state
+    from smallinit.runs.rundir import read_json, run_state
 
     s = JobStatus(r["key"], str(r["job_id"]), "pending", attempts=r.get("attempts", 1))
     run = out / r["run"] if r.get("run") else None
@@ -134,8 +134,10 @@ def job_states(out: str | os.PathLike) -> tuple[list[JobStatus], str]:
     out = Path(out)
     latest = latest_jobs(read_jobs(out))
     if not latest:
-        raise RunDirError(f"{out} has no cluster jobs ({out / CLUSTER_DIR / 'jobs.json'} is missing): status shows the "
-                          "jobs of reproduce, crossover and sweep run with --launcher slurm")
+        raise RunDirError(
+            f"{out} has no cluster jobs ({out / CLUSTER_DIR / 'jobs.json'} is missing): status shows the "
+            "jobs of reproduce, crossover and sweep run with --launcher slurm"
+        )
     slurm = [str(r["job_id"]) for r in latest.values() if r.get("executor") == "slurm"]
     live = sacct_states(slurm)
     source = "sacct" if live else "the run folders (no sacct here)" if slurm else "the processes here"
@@ -156,5 +158,16 @@ def format_status(out: str | os.PathLike, statuses: list[JobStatus], source: str
     return "\n".join(lines)
 
 
-__all__ = ["ACTIVE", "CLUSTER_DIR", "JobStatus", "STATES", "WAITING", "format_status", "job_states", "latest_jobs",
-           "local_alive", "read_jobs", "sacct_states"]
+__all__ = [
+    "ACTIVE",
+    "CLUSTER_DIR",
+    "JobStatus",
+    "STATES",
+    "WAITING",
+    "format_status",
+    "job_states",
+    "latest_jobs",
+    "local_alive",
+    "read_jobs",
+    "sacct_states",
+]

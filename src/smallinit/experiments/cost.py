@@ -8,10 +8,11 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from smallinit.rundir import read_json
+from smallinit.runs.rundir import read_json
 
 
 def fmt_seconds(s: float | None) -> str:
@@ -42,7 +43,7 @@ def default_jobs(runs: int | None = None) -> int:
     The best layout of the cores measured for many small runs (``benchmarks/layout_bench.py``, d 128 × 4 layers,
     bytes, idle 2-core machine, 2026-12-01): 2 processes × 1 thread 16,309 tokens/s in total, 1 process × 2 threads
     14,280, two or four arms batched in one process (vmap) 13,966 / 13,115 (benchmarks/RESULTS.md)."""
-    from smallinit.device import resolve_device
+    from smallinit.core.device import resolve_device
 
     if resolve_device("auto").type == "cuda":
         return 1
@@ -58,7 +59,7 @@ def default_threads(parallel: int) -> int:
 
 def check_gflops(gflops: float | None) -> None:
     """An assumed training throughput (``--gflops``) must be a finite number > 0 (None: measured here)."""
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
 
     if gflops is not None and not 0 < gflops < math.inf:
         raise ConfigError(f"--gflops must be a finite number > 0, got {gflops}")
@@ -69,7 +70,7 @@ def wall_seconds(seconds: Sequence[float], workers: int, started: Sequence[float
     free (the runners' queue): the makespan of list scheduling, max over workers of the summed times of its runs.
     ``seconds``: each run's time; ``started``: the time left of runs already running (each holds a worker).
     The old estimate, sum ÷ workers, missed that 3 equal runs on 2 workers take 2 rounds, not 1.5."""
-    free = sorted(started)[:max(1, workers)]
+    free = sorted(started)[: max(1, workers)]
     free += [0.0] * (max(1, workers) - len(free))
     for s in seconds:
         k = free.index(min(free))
@@ -111,8 +112,14 @@ def model_cost(config: Any) -> dict[str, float]:
     tokens = steps * B * T
     n_evals = steps // int(tr["eval_every"]) + 1
     eval_tokens = n_evals * (int(config["data"]["val_batches"]) + int(config["data"].get("tune_batches", 0))) * B * T
-    return {"params": params, "non_embedding_params": non_emb, "active_params": active, "flops_per_token": fpt,
-            "tokens": tokens, "flops": fpt * tokens + fpt / 3 * eval_tokens}
+    return {
+        "params": params,
+        "non_embedding_params": non_emb,
+        "active_params": active,
+        "flops_per_token": fpt,
+        "tokens": tokens,
+        "flops": fpt * tokens + fpt / 3 * eval_tokens,
+    }
 
 
 def meta_model(mc):
@@ -130,8 +137,12 @@ def _model_numbers(model_json: str, seq_len: int) -> tuple[int, int, int, float]
     from smallinit.model import ModelConfig
 
     model = meta_model(ModelConfig.from_dict(json.loads(model_json)))
-    return (model.num_params(), model.num_params(non_embedding=True), model.num_params(active=True),
-            model.flops_per_token(seq_len))
+    return (
+        model.num_params(),
+        model.num_params(non_embedding=True),
+        model.num_params(active=True),
+        model.flops_per_token(seq_len),
+    )
 
 
 def _timed_steps(step, steps: int) -> float:
@@ -149,7 +160,7 @@ class Throughput(float):
     dtype: str = "fp32"
     reason: str = ""
 
-    def __new__(cls, value: float, dtype: str = "fp32", reason: str = "") -> "Throughput":
+    def __new__(cls, value: float, dtype: str = "fp32", reason: str = "") -> Throughput:
         obj = super().__new__(cls, value)
         obj.dtype, obj.reason = dtype, reason
         return obj
@@ -212,8 +223,9 @@ def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0, dtype: 
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        return Throughput(model.flops_per_token(T) * B * T / _timed_steps(step, steps) / 1e9, decision.dtype,
-                          decision.reason)
+        return Throughput(
+            model.flops_per_token(T) * B * T / _timed_steps(step, steps) / 1e9, decision.dtype, decision.reason
+        )
     finally:
         torch.set_num_threads(old)
         restore_cpu_process(settings)
@@ -245,4 +257,12 @@ def measure_anchor_gflops(cfg, threads: int = 0, steps: int = 5) -> float:
         torch.set_num_threads(old)
 
 
-__all__ = ["Throughput", "default_threads", "fmt_seconds", "measure_anchor_gflops", "measure_gflops", "meta_model", "model_cost"]
+__all__ = [
+    "Throughput",
+    "default_threads",
+    "fmt_seconds",
+    "measure_anchor_gflops",
+    "measure_gflops",
+    "meta_model",
+    "model_cost",
+]

@@ -24,15 +24,16 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from smallinit.crossing import CrossoverAnalysis, analyse_crossover
-from smallinit.errors import ConfigError, RunDirError
+from smallinit.analysis.crossing import CrossoverAnalysis, analyse_crossover
+from smallinit.config import RunConfig, load_config
+from smallinit.core.errors import ConfigError, RunDirError
+from smallinit.core.io import atomic_write_json, atomic_write_text
 from smallinit.experiments.crossover_runs import Job, execute, run_state
-from smallinit.io import atomic_write_json, atomic_write_text
-from smallinit.train.config import RunConfig, load_config
 from smallinit.train.schedule import wsd_decay_start
 
 DEFAULT_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
@@ -76,7 +77,7 @@ class CrossoverSpec:
     """Seed of the tuning runs; never one of ``seeds`` (the selection would bias that seed's losses)."""
     enough: float | None = None
     """The declared budget K in tokens per non-embedding parameter (of the baseline arm), fixed before the runs:
-    a loss claim is judged at the budget nearest K·N (:func:`smallinit.crossing.loss_claim_verdict`); None: judged
+    a loss claim is judged at the budget nearest K·N (:func:`smallinit.analysis.crossing.loss_claim_verdict`); None: judged
     at the largest budget, declared as whatever that is."""
 
     def validate(self) -> None:
@@ -96,11 +97,15 @@ class CrossoverSpec:
         if any(not (lr > 0 and math.isfinite(lr)) for lr in self.lrs) or len(set(self.lrs)) != len(self.lrs):
             raise ConfigError(f"tuning learning rates must be distinct and > 0, got {self.lrs}")
         if self.lrs and not MIN_TUNE_FRACTION - 1e-9 <= self.tune_fraction <= 1:
-            raise ConfigError(f"--tune-fraction must be in [1/4, 1] (a rate judged before D/4 favours the fast "
-                              f"starter), got {self.tune_fraction:g}")
+            raise ConfigError(
+                f"--tune-fraction must be in [1/4, 1] (a rate judged before D/4 favours the fast "
+                f"starter), got {self.tune_fraction:g}"
+            )
         if self.lrs and self.tune_seed in self.seeds:
-            raise ConfigError(f"the tuning seed {self.tune_seed} is one of the reported seeds; a reported seed must "
-                              "not take part in the rate selection")
+            raise ConfigError(
+                f"the tuning seed {self.tune_seed} is one of the reported seeds; a reported seed must "
+                "not take part in the rate selection"
+            )
         if self.enough is not None and not (self.enough > 0 and math.isfinite(self.enough)):
             raise ConfigError(f"--enough must be a finite number of tokens per parameter > 0, got {self.enough}")
         if self.tune_extend < 0:
@@ -111,15 +116,17 @@ class CrossoverSpec:
             for o in overrides:  # an arm's own; the shared --set ones (older specs carry train.max_steps) apply to all
                 key = str(o).split("=", 1)[0].strip()
                 if key in CROSSOVER_SETS:
-                    raise ConfigError(f"{key} is set by the crossover itself ({CROSSOVER_SETS[key]}); "
-                                      f"remove {o!r}")
+                    raise ConfigError(f"{key} is set by the crossover itself ({CROSSOVER_SETS[key]}); remove {o!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-CROSSOVER_SETS = {"train.seed": "one run per --seeds value", "train.max_steps": "from --tokens and the budgets",
-                  "optim.schedule": "WSD trunks with cooldown branches"}
+CROSSOVER_SETS = {
+    "train.seed": "one run per --seeds value",
+    "train.max_steps": "from --tokens and the budgets",
+    "optim.schedule": "WSD trunks with cooldown branches",
+}
 """Keys a crossover sets for every run: an arm that sets one is refused (it would be silently replaced)."""
 
 
@@ -138,8 +145,11 @@ def arm_config(spec: CrossoverSpec, arm: str, seed: int) -> RunConfig:
     from smallinit.train.precision import pin_for_claims
 
     if spec.base_config is not None:
-        return pin_for_claims(load_config(None, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"],
-                                          base=copy.deepcopy(spec.base_config)))
+        return pin_for_claims(
+            load_config(
+                None, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"], base=copy.deepcopy(spec.base_config)
+            )
+        )
     return pin_for_claims(load_config(spec.base, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"]))
 
 
@@ -172,8 +182,10 @@ def plan_budgets(spec: CrossoverSpec, cfg: RunConfig) -> list[Budget]:
         S = int(round(f * spec.tokens / per_step))
         start = wsd_decay_start(S, probe)
         if S < 2 or start < 1 or start != S - max(1, round(spec.cooldown * S)):  # the warmup would eat the cooldown
-            raise ConfigError(f"budget {f:g}·D = {S} steps of {per_step} tokens is too small for a cooldown after "
-                              f"{cfg.optim.warmup_steps} warmup steps; raise --tokens or lower optim.warmup_steps")
+            raise ConfigError(
+                f"budget {f:g}·D = {S} steps of {per_step} tokens is too small for a cooldown after "
+                f"{cfg.optim.warmup_steps} warmup steps; raise --tokens or lower optim.warmup_steps"
+            )
         out.append(Budget(S, start, S * per_step))
     if len({b.steps for b in out}) != len(out):
         raise ConfigError(f"budgets {[b.steps for b in out]} (steps) are not distinct; raise --tokens")
@@ -198,8 +210,9 @@ def _branch_config(cfg: RunConfig, b: Budget, cooldown: float) -> RunConfig:
     return c
 
 
-def plan_jobs(spec: CrossoverSpec, out: Path, lrs: dict[str, float] | None = None
-              ) -> tuple[list[Job], list[Job], list[Budget]]:
+def plan_jobs(
+    spec: CrossoverSpec, out: Path, lrs: dict[str, float] | None = None
+) -> tuple[list[Job], list[Job], list[Budget]]:
     """(trunks, branches, budgets) for every arm × seed. ``lrs`` (arm → rate, from :func:`tune_learning_rates`)
     replaces the arms' ``optim.lr``. Each run's torch threads are set when it is trained (``crossover_runs.execute``)."""
     trunks, branches = [], []
@@ -211,19 +224,31 @@ def plan_jobs(spec: CrossoverSpec, out: Path, lrs: dict[str, float] | None = Non
                 cfg.optim.lr = lrs[arm]
             b = plan_budgets(spec, cfg)
             if budgets is not None and [x.tokens for x in b] != [x.tokens for x in budgets]:
-                raise ConfigError(f"arm {arm!r} has another batch or sequence length than the others: "
-                                  "budgets must be the same token counts in every arm")
+                raise ConfigError(
+                    f"arm {arm!r} has another batch or sequence length than the others: "
+                    "budgets must be the same token counts in every arm"
+                )
             budgets = b
             home = out / "runs" / arm / f"seed{seed}"
             trunks.append(Job("trunk", arm, seed, home / "trunk", _trunk_config(cfg, b).to_dict()))
             for x in b:
-                branches.append(Job("branch", arm, seed, home / f"D{x.tokens}", _branch_config(cfg, x, spec.cooldown)
-                                    .to_dict(), trunk_dir=home / "trunk", start=x.start))
+                branches.append(
+                    Job(
+                        "branch",
+                        arm,
+                        seed,
+                        home / f"D{x.tokens}",
+                        _branch_config(cfg, x, spec.cooldown).to_dict(),
+                        trunk_dir=home / "trunk",
+                        start=x.start,
+                    )
+                )
     assert budgets is not None
     return trunks, branches, budgets
 
 
 # ---- the learning rate of each arm ------------------------------------------------------------------------------
+
 
 def _lr_name(lr: float) -> str:
     return f"lr{lr:.3g}"
@@ -253,7 +278,7 @@ def collect_tuning(spec: CrossoverSpec, out: Path) -> dict[str, dict[str, Any]]:
     """Per arm: {"losses": {lr: final tune_loss or None}, "chosen": the arg-min rate, "at_edge": whether the
     chosen rate is the smallest or largest one tried} from the tuning runs found under ``OUT/runs/ARM/tune``
     (``final_val_loss`` only for a run that recorded no ``tune_loss``, written before tune batches existed)."""
-    from smallinit.rundir import collect_run, read_config
+    from smallinit.runs.rundir import collect_run, read_config
 
     res: dict[str, dict[str, Any]] = {}
     for arm in spec.arms:
@@ -274,13 +299,17 @@ def collect_tuning(spec: CrossoverSpec, out: Path) -> dict[str, dict[str, Any]]:
         ok = {lr: v for lr, v in losses.items() if v is not None}
         chosen = min(ok, key=ok.get) if ok else None
         tried = sorted(losses)
-        res[arm] = {"losses": {f"{lr:.3g}": losses[lr] for lr in tried}, "chosen": chosen,
-                    "at_edge": chosen is not None and len(tried) > 1 and chosen in (tried[0], tried[-1])}
+        res[arm] = {
+            "losses": {f"{lr:.3g}": losses[lr] for lr in tried},
+            "chosen": chosen,
+            "at_edge": chosen is not None and len(tried) > 1 and chosen in (tried[0], tried[-1]),
+        }
     return res
 
 
-def tune_learning_rates(spec: CrossoverSpec, out: Path, workers: int, threads: int,
-                        log: Callable[[str], None], launcher: Any = None) -> dict[str, float]:
+def tune_learning_rates(
+    spec: CrossoverSpec, out: Path, workers: int, threads: int, log: Callable[[str], None], launcher: Any = None
+) -> dict[str, float]:
     """Each arm's learning rate: every arm trains the same grid (``spec.lrs``) as :func:`tune_job` runs, and keeps the
     rate with the lowest ``tune_loss``. When any arm's winner is the grid's smallest (largest) value, the grid grows by
     one value a grid step below (above) *for every arm*, up to ``tune_extend`` times: the same grid and number of
@@ -317,7 +346,7 @@ def check_output(out: Path, spec: CrossoverSpec, inputs: tuple[str, ...] = ()) -
     """OUT must be new, empty, or a crossover with the same base settings, which is then continued: arms and seeds
     may be added and the budgets changed (a larger D extends the trunks; finished runs are reused), but the base
     config, the overrides, the cooldown fraction and every earlier arm's overrides must stay as they were."""
-    from smallinit.outputs import check_out_dir as output_policy
+    from smallinit.core.outputs import check_out_dir as output_policy
 
     if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not (out / SPEC_FILE).is_file():
         raise RunDirError(f"--out {out} is a non-empty folder that is not a crossover; choose a new folder")
@@ -334,7 +363,7 @@ def check_output(out: Path, spec: CrossoverSpec, inputs: tuple[str, ...] = ()) -
             """Equal settings written differently compare equal: override lists as {key: parsed value} (order-free,
             the last of a repeated key wins as when applied; model.gamma=1 is 1.0), paths (data.path, a YAML base)
             resolved from here, the tuning grid as a sorted set of numbers."""
-            from smallinit.train.config import parse_value
+            from smallinit.config import parse_value
 
             def path(v: Any) -> Any:
                 return os.path.realpath(os.path.abspath(v)) if isinstance(v, str) and v else v
@@ -357,41 +386,57 @@ def check_output(out: Path, spec: CrossoverSpec, inputs: tuple[str, ...] = ()) -
 
         fixed = ("base", "overrides", "cooldown", "base_config", "lrs", "tune_fraction")
         diff = [k for k in fixed if norm(k, old.get(k, new.get(k))) != norm(k, new.get(k))]
-        diff += [f"arm {a}" for a, ov in (old.get("arms") or {}).items()
-                 if a in new["arms"] and norm("arm", new["arms"][a]) != norm("arm", ov)]
+        diff += [
+            f"arm {a}"
+            for a, ov in (old.get("arms") or {}).items()
+            if a in new["arms"] and norm("arm", new["arms"][a]) != norm("arm", ov)
+        ]
         if diff:
-            raise RunDirError(f"{out} holds a crossover with other settings ({', '.join(diff)} differ); choose a new "
-                              "--out (arms, seeds and budgets may change; the runs' own settings may not)")
+            raise RunDirError(
+                f"{out} holds a crossover with other settings ({', '.join(diff)} differ); choose a new "
+                "--out (arms, seeds and budgets may change; the runs' own settings may not)"
+            )
 
 
 def _check_reuse(trunks: list[Job], branches: list[Job]) -> None:
     """Before any work: an existing trunk must be the same run (all settings but its length and kept steps), and a
     new branch that starts at or before a trunk's last step needs the trunk's checkpoint there."""
-    from smallinit.checkpoint import CKPT_SUBDIR, ckpt_dir_name
-    from smallinit.rundir import config_mismatch, read_config
+    from smallinit.runs.checkpoint import CKPT_SUBDIR, ckpt_dir_name
+    from smallinit.runs.rundir import config_mismatch, read_config
 
     last: dict[Path, int] = {}
     for t in trunks:
         if run_state(t.run_dir) == "new":
             continue
         have = read_config(t.run_dir)
-        diff = {k: v for k, v in config_mismatch(have, t.config).items()
-                if k not in ("train.max_steps", "train.ckpt_steps")}
+        diff = {
+            k: v for k, v in config_mismatch(have, t.config).items() if k not in ("train.max_steps", "train.ckpt_steps")
+        }
         if diff:
             k, (a, b) = next(iter(diff.items()))
-            raise RunDirError(f"{t.run_dir} was trained with other settings ({k}: {a!r} there, {b!r} now); "
-                              "choose a new --out")
+            raise RunDirError(
+                f"{t.run_dir} was trained with other settings ({k}: {a!r} there, {b!r} now); choose a new --out"
+            )
         last[t.run_dir] = int(have["train"]["max_steps"]) if run_state(t.run_dir) == "done" else -1
     for b in branches:
         end = last.get(b.trunk_dir, -1)
         if run_state(b.run_dir) == "new" and 0 <= b.start <= end:
             if not (b.trunk_dir / CKPT_SUBDIR / ckpt_dir_name(b.start)).is_dir():
-                raise RunDirError(f"budget {b.run_dir.name} would start from step {b.start} of {b.trunk_dir}, which "
-                                  "kept no checkpoint there; choose budgets that reuse its kept steps or a new --out")
+                raise RunDirError(
+                    f"budget {b.run_dir.name} would start from step {b.start} of {b.trunk_dir}, which "
+                    "kept no checkpoint there; choose budgets that reuse its kept steps or a new --out"
+                )
 
 
-def run_crossover(spec: CrossoverSpec, out_dir: str | os.PathLike, workers: int = 1, threads: int = 0,
-                  log: Callable[[str], None] | None = None, n_boot: int = 300, launcher: Any = None) -> dict[str, Any]:
+def run_crossover(
+    spec: CrossoverSpec,
+    out_dir: str | os.PathLike,
+    workers: int = 1,
+    threads: int = 0,
+    log: Callable[[str], None] | None = None,
+    n_boot: int = 300,
+    launcher: Any = None,
+) -> dict[str, Any]:
     """Plan, train (tuning runs, trunks, then branches; ``workers`` processes at a time, each with ``threads`` torch
     threads — 0: the cores shared by the runs of each batch, see ``crossover_runs.batch_threads``), analyse and write
     the report; returns the crossover.json content. ``launcher``: the runs are cluster jobs (experiments.launcher)."""
@@ -428,8 +473,8 @@ def _check_data(trunks: list[Job]) -> None:
     vs per byte), so its gap to the baseline means nothing — ``compare`` and ``scaling`` refuse such mixes too."""
     from tokenizers import Tokenizer
 
+    from smallinit.core.errors import DataError
     from smallinit.data import TokenData
-    from smallinit.errors import DataError
 
     seen: dict[str, tuple[str, str]] = {}  # canonical tokenizer -> (data path, description)
     for path in sorted({j.config["data"]["path"] for j in trunks}):
@@ -443,15 +488,17 @@ def _check_data(trunks: list[Job]) -> None:
         what = f"{kind or 'a'} tokenizer of {d.vocab_size:,} tokens"
         for other, (opath, owhat) in seen.items():
             if other != key:
-                raise DataError(f"the arms train on data prepared with different tokenizers: {opath} ({owhat}) and "
-                                f"{path} ({what}); their losses are in different units and no gap between them means "
-                                "anything: prepare every arm's data with the same tokenizer")
+                raise DataError(
+                    f"the arms train on data prepared with different tokenizers: {opath} ({owhat}) and "
+                    f"{path} ({what}); their losses are in different units and no gap between them means "
+                    "anything: prepare every arm's data with the same tokenizer"
+                )
         seen.setdefault(key, (path, what))
 
 
 def collect_losses(spec: CrossoverSpec, out: Path, budgets: list[Budget]) -> dict[str, dict[int, list[float | None]]]:
     """L[arm][seed] = the branches' final validation losses at each budget (None where a branch did not finish)."""
-    from smallinit.rundir import collect_run
+    from smallinit.runs.rundir import collect_run
 
     losses: dict[str, dict[int, list[float | None]]] = {}
     for arm in spec.arms:
@@ -465,27 +512,39 @@ def collect_losses(spec: CrossoverSpec, out: Path, budgets: list[Budget]) -> dic
     return losses
 
 
-def analyse(spec: CrossoverSpec, out: Path, budgets: list[Budget], n_boot: int = 300,
-            noise_floor: float | None = None) -> dict[str, Any]:
-    """Every non-baseline arm against the baseline (:func:`smallinit.crossing.analyse_crossover`)."""
+def analyse(
+    spec: CrossoverSpec, out: Path, budgets: list[Budget], n_boot: int = 300, noise_floor: float | None = None
+) -> dict[str, Any]:
+    """Every non-baseline arm against the baseline (:func:`smallinit.analysis.crossing.analyse_crossover`)."""
     n_non_emb = baseline_non_embedding_params(spec)
     losses = collect_losses(spec, out, budgets)
     D = [b.tokens for b in budgets]
     analyses: dict[str, CrossoverAnalysis] = {}
     for arm in spec.arms:
         if arm != spec.baseline:
-            analyses[arm] = analyse_crossover(D, losses, spec.baseline, arm, non_embedding_params=n_non_emb,
-                                              n_boot=n_boot, noise_floor=noise_floor,
-                                              enough_tokens_per_param=spec.enough)
-    return {"spec": spec.to_dict(), "tuning": collect_tuning(spec, out) if spec.lrs else {},
-            "budgets": [asdict(b) for b in budgets], "non_embedding_params": n_non_emb,
-            "tokens_per_param": [d / n_non_emb for d in D], "losses": {a: {str(s): v for s, v in r.items()}
-                                                                      for a, r in losses.items()},
-            "analyses": {a: x.to_dict() for a, x in analyses.items()}}
+            analyses[arm] = analyse_crossover(
+                D,
+                losses,
+                spec.baseline,
+                arm,
+                non_embedding_params=n_non_emb,
+                n_boot=n_boot,
+                noise_floor=noise_floor,
+                enough_tokens_per_param=spec.enough,
+            )
+    return {
+        "spec": spec.to_dict(),
+        "tuning": collect_tuning(spec, out) if spec.lrs else {},
+        "budgets": [asdict(b) for b in budgets],
+        "non_embedding_params": n_non_emb,
+        "tokens_per_param": [d / n_non_emb for d in D],
+        "losses": {a: {str(s): v for s, v in r.items()} for a, r in losses.items()},
+        "analyses": {a: x.to_dict() for a, x in analyses.items()},
+    }
 
 
 def _data_vocab(cfg: RunConfig) -> int | None:
-    from smallinit.rundir import read_json
+    from smallinit.runs.rundir import read_json
 
     v = (read_json(Path(cfg.data.path) / "meta.json") or {}).get("vocab_size")
     return int(v) if v else None

@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 from smallinit.experiments.crossover import CrossoverSpec, arm_config, plan_jobs, tune_job
-from smallinit.rundir import read_json
+from smallinit.runs.rundir import read_json
 
 
 def crossover_folder(xp: Any) -> str:
@@ -37,7 +37,7 @@ def spec_from_preset(p: Any, corpus: str | os.PathLike, xp: Any = None) -> Cross
     default claim 1's) on ``corpus``: the preset's base config, its size's model shape (not its step count) and the
     plan's overrides; each arm's γ, ε and gate as typed fields (``model.gamma`` …) and the plan's learning rate
     (or the rates to tune). With ``tokens_per_param`` set, D = tokens_per_param × non-embedding parameters."""
-    from smallinit.train.config import set_dotted
+    from smallinit.config import set_dotted
 
     xp = xp or p.crossover
     d = copy.deepcopy(p.base)
@@ -46,11 +46,22 @@ def spec_from_preset(p: Any, corpus: str | os.PathLike, xp: Any = None) -> Cross
             set_dotted(d, k, v, what="preset key")
     set_dotted(d, "data.path", str(corpus))
     lr = xp.lr if xp.lr is not None else p.lrs[0]
-    arms = {a: [f"model.gamma={g}", f"model.norm_eps={e}", f"model.gate={gate}",
-                *([] if xp.lrs else [f"optim.lr={lr}"])] for a, (g, e, gate) in arm_settings(xp).items()}
-    spec = CrossoverSpec(arms=arms, baseline=xp.arms[0], tokens=int(xp.tokens) or 1, base=f"preset {p.name}",
-                         seeds=list(range(xp.seeds)), fractions=list(xp.fractions), base_config=d,
-                         lrs=list(xp.lrs), tune_fraction=xp.tune_fraction, enough=p.enough)
+    arms = {
+        a: [f"model.gamma={g}", f"model.norm_eps={e}", f"model.gate={gate}", *([] if xp.lrs else [f"optim.lr={lr}"])]
+        for a, (g, e, gate) in arm_settings(xp).items()
+    }
+    spec = CrossoverSpec(
+        arms=arms,
+        baseline=xp.arms[0],
+        tokens=int(xp.tokens) or 1,
+        base=f"preset {p.name}",
+        seeds=list(range(xp.seeds)),
+        fractions=list(xp.fractions),
+        base_config=d,
+        lrs=list(xp.lrs),
+        tune_fraction=xp.tune_fraction,
+        enough=p.enough,
+    )
     if xp.tokens_per_param:
         cfg = arm_config(spec, spec.baseline, 0)
         vocab = (read_json(Path(corpus) / "meta.json") or {}).get("vocab_size")
@@ -81,9 +92,11 @@ def training_seconds(spec: CrossoverSpec, gflops: float) -> tuple[list[list[floa
             batches[-1].append(secs)
             end = t["max_steps"] * t["batch_size"] * j.config["data"]["seq_len"]
             what = f"lr {j.config['optim']['lr']:.3g}" if j.kind == "tune" else f"seed {j.seed}"
-            lines.append(f"  {j.arm:<11} {what:<8} {j.kind:<6} steps {j.start:>6}→{t['max_steps']:<6} trains "
-                         f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
-                         f"≈ {fmt_seconds(secs)}")
+            lines.append(
+                f"  {j.arm:<11} {what:<8} {j.kind:<6} steps {j.start:>6}→{t['max_steps']:<6} trains "
+                f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
+                f"≈ {fmt_seconds(secs)}"
+            )
     return batches, lines
 
 
@@ -95,8 +108,10 @@ def crossover_wall_seconds(spec: CrossoverSpec, gflops: float, jobs: int) -> flo
     wins are not counted."""
     from smallinit.experiments.cost import sharing_speedup, wall_seconds
 
-    return sum(wall_seconds([s / sharing_speedup(len(batch), jobs) for s in batch], jobs)
-               for batch in training_seconds(spec, gflops)[0])
+    return sum(
+        wall_seconds([s / sharing_speedup(len(batch), jobs) for s in batch], jobs)
+        for batch in training_seconds(spec, gflops)[0]
+    )
 
 
 def tokens_for_seconds(spec: CrossoverSpec, seconds: float, gflops: float, jobs: int) -> int:
@@ -108,8 +123,7 @@ def tokens_for_seconds(spec: CrossoverSpec, seconds: float, gflops: float, jobs:
     return int(probe.tokens * max(0.0, seconds) / secs) if secs > 0 else 0
 
 
-def choose_extras(p: Any, corpus: Path, seconds_left: float, gflops: float, jobs: int
-                  ) -> tuple[list[Any], list[str]]:
+def choose_extras(p: Any, corpus: Path, seconds_left: float, gflops: float, jobs: int) -> tuple[list[Any], list[str]]:
     """The preset's ``extra_crossovers`` that fit ``seconds_left`` (wall-clock, ``jobs`` runs at a time), taken in
     the preset's order, each whole; a claim with several crossovers (claim 2's widths) runs only if all of them fit.
     Returns (the chosen plans, one line per claim: its time and whether it fits)."""
@@ -125,6 +139,8 @@ def choose_extras(p: Any, corpus: Path, seconds_left: float, gflops: float, jobs
         if fits:
             chosen += plans
             seconds_left -= secs
-        lines.append(f"  claim {claim}: {len(plans)} crossover(s) ≈ {fmt_seconds(secs)} — "
-                     + ("fits" if fits else f"does not fit (≈ {fmt_seconds(secs - seconds_left)} more needed)"))
+        lines.append(
+            f"  claim {claim}: {len(plans)} crossover(s) ≈ {fmt_seconds(secs)} — "
+            + ("fits" if fits else f"does not fit (≈ {fmt_seconds(secs - seconds_left)} more needed)")
+        )
     return chosen, lines

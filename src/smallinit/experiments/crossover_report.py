@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from smallinit.figures import color, pyplot, save_png
+from smallinit.core.figures import color, pyplot, save_png
 
 
 def _fit_curve(fit: dict[str, Any] | None, D):
@@ -57,12 +57,20 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
         d = D[ok]
         gv = np.array([v for v in g if v is not None])
         err = np.array([[v - l for v, l, k in zip(g, lo, ok) if k], [h - v for v, h, k in zip(g, hi, ok) if k]])
-        ax2.errorbar(d, gv, yerr=err, fmt="o-", color=color(list(result["losses"]).index(arm)), capsize=3,
-                     label=f"{base} − {arm}")
+        ax2.errorbar(
+            d,
+            gv,
+            yerr=err,
+            fmt="o-",
+            color=color(list(result["losses"]).index(arm)),
+            capsize=3,
+            label=f"{base} − {arm}",
+        )
         gf = a.get("gap_fit") or {}
         if gf.get("c") is not None:
-            ax2.plot(grid, gf["c"] - gf["a"] * grid ** -gf["b"], "--",
-                     color=color(list(result["losses"]).index(arm)), lw=0.8)
+            ax2.plot(
+                grid, gf["c"] - gf["a"] * grid ** -gf["b"], "--", color=color(list(result["losses"]).index(arm)), lw=0.8
+            )
         if a.get("declared_tokens"):
             ax2.axvline(a["declared_tokens"], color="0.5", lw=0.8, ls=":")
     ax2.axhline(0, color="k", lw=0.8)
@@ -71,8 +79,12 @@ def crossover_figure(result: dict[str, Any], path: str | os.PathLike) -> Path:
     ax2.set_xlabel("training tokens D")
     ax2.set_ylabel(f"G(D) = L_{base} − L_arm  (> 0: arm ahead)")
     n_seeds = min((len(a["seeds"]) for a in result["analyses"].values()), default=0)
-    ax2.set_title("G(D) ± seed-paired 95% t; dashed = c − a·D^(−b); dotted = declared" if n_seeds >= 2 else
-                  "G(D) (one seed: no interval); dashed = c − a·D^(−b)", fontsize=9)
+    ax2.set_title(
+        "G(D) ± seed-paired 95% t; dashed = c − a·D^(−b); dotted = declared"
+        if n_seeds >= 2
+        else "G(D) (one seed: no interval); dashed = c − a·D^(−b)",
+        fontsize=9,
+    )
     if ax2.get_legend_handles_labels()[0]:
         ax2.legend(fontsize=8)
     return save_png(fig, path)
@@ -89,12 +101,17 @@ def lr_words(result: dict[str, Any]) -> str:
         spec = result["spec"]
         edge = [a for a, t in tuning.items() if t.get("at_edge")]
         seed = spec.get("tune_seed")
-        who = (f"seed {seed}, reported by no run; judged on tune batches disjoint from the validation batches"
-               if seed is not None else f"seed {spec['seeds'][0]}, a reported seed; judged on the validation batches")
-        return (f"learning rate tuned per arm on {spec['tune_fraction']:g}·D WSD runs ({who}), the same grid for "
-                "every arm: "
-                + ", ".join(f"{a} {fmt_num(t['chosen'], '.3g')}" for a, t in tuning.items())
-                + (f" — still at the grid's edge for {', '.join(edge)}" if edge else ""))
+        who = (
+            f"seed {seed}, reported by no run; judged on tune batches disjoint from the validation batches"
+            if seed is not None
+            else f"seed {spec['seeds'][0]}, a reported seed; judged on the validation batches"
+        )
+        return (
+            f"learning rate tuned per arm on {spec['tune_fraction']:g}·D WSD runs ({who}), the same grid for "
+            "every arm: "
+            + ", ".join(f"{a} {fmt_num(t['chosen'], '.3g')}" for a, t in tuning.items())
+            + (f" — still at the grid's edge for {', '.join(edge)}" if edge else "")
+        )
     arm = next(iter(result["spec"]["arms"].values()))
     lr = next((o.split("=", 1)[1] for o in reversed(arm) if o.startswith("optim.lr=")), None)
     return f"learning rate {lr or 'of the base config'} for every arm (not tuned per arm)"
@@ -105,8 +122,14 @@ def tuning_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     tuning = result.get("tuning") or {}
     rates = sorted({float(r) for t in tuning.values() for r in t["losses"]})
     cols = ["arm", *[f"lr {r:.3g}" for r in rates], "chosen"]
-    rows = [[arm, *[fmt_num(t["losses"].get(f"{r:.3g}")) if f"{r:.3g}" in t["losses"] else "" for r in rates],
-             fmt_num(t["chosen"], ".3g")] for arm, t in tuning.items()]
+    rows = [
+        [
+            arm,
+            *[fmt_num(t["losses"].get(f"{r:.3g}")) if f"{r:.3g}" in t["losses"] else "" for r in rates],
+            fmt_num(t["chosen"], ".3g"),
+        ]
+        for arm, t in tuning.items()
+    ]
     return cols, rows
 
 
@@ -119,24 +142,41 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
     lines = ["# Crossover: loss against training budget", ""]
     for arm, a in result["analyses"].items():
         lines.append(f"- **{arm} vs {base}**: {a['answer']}. Verdict: **{a['verdict']}** — {a['reason']}.")
-    lines += ["", f"Arms ({len(spec['seeds'])} seed(s): {', '.join(map(str, spec['seeds']))}; base `{spec['base']}` "
-              f"with `{' '.join(spec['overrides']) or '—'}`):", ""]
+    lines += [
+        "",
+        f"Arms ({len(spec['seeds'])} seed(s): {', '.join(map(str, spec['seeds']))}; base `{spec['base']}` "
+        f"with `{' '.join(spec['overrides']) or '—'}`):",
+        "",
+    ]
     for arm, ov in spec["arms"].items():
         lines.append(f"- `{arm}`{' (baseline)' if arm == base else ''}: `{' '.join(ov) or '—'}`")
-    lines += ["", f"Each budget's loss is the final validation loss of a cooldown branch (the last "
-              f"{spec['cooldown']:g}·D_k of steps decaying linearly to 0) from the arm's constant-rate trunk; "
-              f"tokens per parameter use {result['non_embedding_params']:,} non-embedding parameters.", ""]
+    lines += [
+        "",
+        f"Each budget's loss is the final validation loss of a cooldown branch (the last "
+        f"{spec['cooldown']:g}·D_k of steps decaying linearly to 0) from the arm's constant-rate trunk; "
+        f"tokens per parameter use {result['non_embedding_params']:,} non-embedding parameters.",
+        "",
+    ]
     lines += [f"The {lr_words(result)}.", ""]
     if result.get("tuning"):
         cols, rows = tuning_rows(result)
-        lines += ["## Learning rate per arm (final tune_loss of each tuning run)", "",
-                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
-                  *["| " + " | ".join(r) + " |" for r in rows], ""]
+        lines += [
+            "## Learning rate per arm (final tune_loss of each tuning run)",
+            "",
+            "| " + " | ".join(cols) + " |",
+            "|" + "---|" * len(cols),
+            *["| " + " | ".join(r) + " |" for r in rows],
+            "",
+        ]
     if figure:
         lines += [f"![L(D) and G(D)]({figure})", ""]
     arms = list(result["losses"])
-    lines += ["## L(D): annealed validation loss (seed mean; seeds in brackets)", "",
-              "| D (tokens) | tokens/param | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
+    lines += [
+        "## L(D): annealed validation loss (seed mean; seeds in brackets)",
+        "",
+        "| D (tokens) | tokens/param | " + " | ".join(arms) + " |",
+        "|---|---|" + "---|" * len(arms),
+    ]
     for j, d in enumerate(D):
         cells = []
         for arm in arms:
@@ -146,45 +186,87 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
             cells.append(f"{fmt_num(mean)} [{', '.join(fmt_num(v) for v in vals)}]" if len(vals) > 1 else fmt_num(mean))
         lines.append(f"| {d:,} | {tpp[j]:.3g} | " + " | ".join(cells) + " |")
     for arm, a in result["analyses"].items():
-        lines += ["", f"## G(D) = L({base}) − L({arm})  (> 0: {arm} ahead)", "",
-                  "| D (tokens) | G (nats) | 95% interval | interval |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"## G(D) = L({base}) − L({arm})  (> 0: {arm} ahead)",
+            "",
+            "| D (tokens) | G (nats) | 95% interval | interval |",
+            "|---|---|---|---|",
+        ]
         for d, g in zip(D, a["gap"]):
-            lines.append(f"| {d:,} | {fmt_num(g['value'], '+.4f')} | [{fmt_num(g['lo'], '+.4f')}, {fmt_num(g['hi'], '+.4f')}] | "
-                         f"{g['method']} |")
+            lines.append(
+                f"| {d:,} | {fmt_num(g['value'], '+.4f')} | [{fmt_num(g['lo'], '+.4f')}, {fmt_num(g['hi'], '+.4f')}] | "
+                f"{g['method']} |"
+            )
         ch, j = a["gap_change"], a.get("judged", len(D) - 1)
         if a.get("declared_tokens"):
-            lines += ["", f"Declared budget: {a['declared_tokens_per_param']:g} tokens/param = "
-                      f"{a['declared_tokens']:,.0f} tokens; judged at D = {D[j]:,}"
-                      + ("" if a.get("reached", True) else " (the largest budget: the declared one was not reached)")
-                      + "."]
+            lines += [
+                "",
+                f"Declared budget: {a['declared_tokens_per_param']:g} tokens/param = "
+                f"{a['declared_tokens']:,.0f} tokens; judged at D = {D[j]:,}"
+                + ("" if a.get("reached", True) else " (the largest budget: the declared one was not reached)")
+                + ".",
+            ]
         ref = a.get("gap_change_from")
-        lines += ["", (f"Change of the gap from {ref:,.0f} to {D[j]:,} tokens ({D[j] / ref:.2f}×): "
-                       f"{fmt_num(ch['value'], '+.4f')} [{fmt_num(ch['lo'], '+.4f')}, {fmt_num(ch['hi'], '+.4f')}] nats (> 0 with the "
-                       "interval above 0: closing)." if ref else
-                       "Change of the gap over 4× of budget: not measured (no budget at a true 4× below).")]
+        lines += [
+            "",
+            (
+                f"Change of the gap from {ref:,.0f} to {D[j]:,} tokens ({D[j] / ref:.2f}×): "
+                f"{fmt_num(ch['value'], '+.4f')} [{fmt_num(ch['lo'], '+.4f')}, {fmt_num(ch['hi'], '+.4f')}] nats (> 0 with the "
+                "interval above 0: closing)."
+                if ref
+                else "Change of the gap over 4× of budget: not measured (no budget at a true 4× below)."
+            ),
+        ]
         gf = a.get("gap_fit")
         if gf:
-            lines += ["", f"Gap fit G(D) = c − a·D^(−b) ({gf['method']}): **{gf['status']}**"
-                      + (f"; c = {gf['c']:+.4f} [{gf['c_lo']:+.4f}, {gf['c_hi']:+.4f}], b = {gf['b']:.3g}, "
-                         f"rms residual {gf['rms']:.4f}" if gf.get("c") is not None else "")
-                      + (f"; D* ≈ {gf['D_star']:.3g} tokens [{fmt_num(gf['D_lo'], '.3g')}, {fmt_num(gf['D_hi'], '.3g') if gf['D_hi'] else '∞'}]"
-                         if gf.get("D_star") else "") + "."]
-        lines += ["", "Secondary (decides nothing): per-arm fits and where they meet.", "",
-                  "| fit L(D) = E + B·D^(−β) | E | β | R² | residuals |", "|---|---|---|---|---|"]
+            lines += [
+                "",
+                f"Gap fit G(D) = c − a·D^(−b) ({gf['method']}): **{gf['status']}**"
+                + (
+                    f"; c = {gf['c']:+.4f} [{gf['c_lo']:+.4f}, {gf['c_hi']:+.4f}], b = {gf['b']:.3g}, "
+                    f"rms residual {gf['rms']:.4f}"
+                    if gf.get("c") is not None
+                    else ""
+                )
+                + (
+                    f"; D* ≈ {gf['D_star']:.3g} tokens [{fmt_num(gf['D_lo'], '.3g')}, {fmt_num(gf['D_hi'], '.3g') if gf['D_hi'] else '∞'}]"
+                    if gf.get("D_star")
+                    else ""
+                )
+                + ".",
+            ]
+        lines += [
+            "",
+            "Secondary (decides nothing): per-arm fits and where they meet.",
+            "",
+            "| fit L(D) = E + B·D^(−β) | E | β | R² | residuals |",
+            "|---|---|---|---|---|",
+        ]
         for name in (base, arm):
             fit = a["fits"].get(name)
             if fit:
-                lines.append(f"| {name} | {fit['E']:.4f} | {fit['alpha']:.3f} | {fmt_num(fit.get('r2'), '.4f')} | "
-                             f"{', '.join(f'{r:+.4f}' for r in fit['residuals'])} |")
+                lines.append(
+                    f"| {name} | {fit['E']:.4f} | {fit['alpha']:.3f} | {fmt_num(fit.get('r2'), '.4f')} | "
+                    f"{', '.join(f'{r:+.4f}' for r in fit['residuals'])} |"
+                )
             else:
                 lines.append(f"| {name} | — | — | — | no fit |")
         c = a["crossing"]
         share = c.get("crossing_share")
-        lines += ["", f"Crossing: {c['status']}" + (f", D* ≈ {c['D_star']:.3g} tokens" if c["D_star"] else "")
-                  + (f" [{fmt_num(c['lo'], '.3g')}, {fmt_num(c['hi'], '.3g') if c['hi'] else '∞'}]" if c["status"] == "crosses"
-                     else "") + (f"; {share:.0%} of bootstrap draws cross below {c['horizon']:.3g} tokens"
-                                 if share is not None else "") + (" — **extrapolated**" if c["extrapolated"] else "")
-                  + (f" — **not a prediction**: {c['degenerate']}" if c.get("degenerate") else "")]
+        lines += [
+            "",
+            f"Crossing: {c['status']}"
+            + (f", D* ≈ {c['D_star']:.3g} tokens" if c["D_star"] else "")
+            + (
+                f" [{fmt_num(c['lo'], '.3g')}, {fmt_num(c['hi'], '.3g') if c['hi'] else '∞'}]"
+                if c["status"] == "crosses"
+                else ""
+            )
+            + (f"; {share:.0%} of bootstrap draws cross below {c['horizon']:.3g} tokens" if share is not None else "")
+            + (" — **extrapolated**" if c["extrapolated"] else "")
+            + (f" — **not a prediction**: {c['degenerate']}" if c.get("degenerate") else ""),
+        ]
         for n in a.get("notes") or []:
             lines.append(f"- note: {n}")
     return "\n".join(lines) + "\n"

@@ -14,11 +14,12 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from smallinit.train.config import save_config
+from smallinit.config import save_config
 
 
 @dataclass
@@ -34,12 +35,11 @@ class Job:
     start: int = 0
 
 
-
 def make_branch(trunk_dir: Path, start: int, config: dict[str, Any], branch_dir: Path) -> None:
     """Lay out ``branch_dir`` as a resumable run at step ``start``: the branch config, the trunk's tokenizer, a copy of
     the trunk's checkpoint at ``start`` and its metrics up to ``start`` — assembled beside and renamed into place."""
-    from smallinit.checkpoint import CKPT_SUBDIR, ckpt_dir_name, verify_checkpoint
-    from smallinit.train.config import config_from_dict
+    from smallinit.config import config_from_dict
+    from smallinit.runs.checkpoint import CKPT_SUBDIR, ckpt_dir_name, verify_checkpoint
 
     src = trunk_dir / CKPT_SUBDIR / ckpt_dir_name(start)
     verify_checkpoint(src)
@@ -62,8 +62,8 @@ def make_branch(trunk_dir: Path, start: int, config: dict[str, Any], branch_dir:
 
 
 def run_state(run_dir: Path) -> str:
-    """:func:`smallinit.rundir.run_state`, with a run that failed earlier counted as resumable ("partial")."""
-    from smallinit.rundir import run_state as state
+    """:func:`smallinit.runs.rundir.run_state`, with a run that failed earlier counted as resumable ("partial")."""
+    from smallinit.runs.rundir import run_state as state
 
     s = state(run_dir)
     return "partial" if s == "failed" else s
@@ -71,7 +71,7 @@ def run_state(run_dir: Path) -> str:
 
 def is_finished(job: Job) -> bool:
     """Its run is done and as long as ``job`` asks: a finished trunk asked for more steps (a larger D) is not."""
-    from smallinit.rundir import read_json
+    from smallinit.runs.rundir import read_json
 
     if run_state(job.run_dir) != "done":
         return False
@@ -82,9 +82,9 @@ def is_finished(job: Job) -> bool:
 
 def run_job(job: Job) -> tuple[str, str | None]:
     """Train, resume or branch ``job`` to completion in this process; returns (state, error line)."""
-    from smallinit.errors import Interrupted, SmallinitError
+    from smallinit.config import config_from_dict
+    from smallinit.core.errors import Interrupted, SmallinitError
     from smallinit.experiments.job import resume_with_probes, train_with_probes
-    from smallinit.train.config import config_from_dict
 
     state = run_state(job.run_dir)
     if state == "done" and is_finished(job):
@@ -132,7 +132,7 @@ def batch_threads(jobs: list[Job], workers: int) -> int:
 def assign_threads(jobs: list[Job], workers: int, threads: int = 0) -> None:
     """Set ``train.threads`` of every job: ``threads`` when given, else the job's own (a ``--set train.threads=N``),
     else :func:`batch_threads`. ``train.threads`` is not part of a run's identity
-    (:data:`smallinit.rundir.IGNORED_IN_COMPARISON`): a resumed run may get another count."""
+    (:data:`smallinit.runs.rundir.IGNORED_IN_COMPARISON`): a resumed run may get another count."""
     per_run = threads or batch_threads(jobs, workers)
     for j in jobs:
         train = j.config.setdefault("train", {})
@@ -140,8 +140,9 @@ def assign_threads(jobs: list[Job], workers: int, threads: int = 0) -> None:
             train["threads"] = per_run
 
 
-def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: int = 0, launcher: Any = None
-            ) -> dict[Path, tuple[str, str | None]]:
+def execute(
+    jobs: list[Job], workers: int, log: Callable[[str], None], threads: int = 0, launcher: Any = None
+) -> dict[Path, tuple[str, str | None]]:
     """Run ``jobs`` (``workers`` processes at a time; 1 = in this process) and return {run_dir: (state, error)}.
 
     A branch whose trunk is among ``jobs`` starts as soon as that trunk has finished (not when every trunk has), so
@@ -156,10 +157,10 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
     An interruption stops the whole batch, as in :class:`~smallinit.experiments.runner.JobRunner`: Ctrl-C (SIGINT to
     the process group) or SIGINT/SIGTERM to one worker makes its run checkpoint and report "interrupted"; the jobs
     not yet started are cancelled, the running ones are sent SIGINT (they checkpoint) and waited for, and
-    :class:`~smallinit.errors.Interrupted` is raised. A rerun resumes every interrupted run.
+    :class:`~smallinit.core.errors.Interrupted` is raised. A rerun resumes every interrupted run.
 
     ``launcher`` (a :class:`smallinit.experiments.launcher.Launcher`): the same jobs, submitted to a cluster."""
-    from smallinit.errors import Interrupted
+    from smallinit.core.errors import Interrupted
 
     if launcher is not None:
         return launcher.execute(jobs, log, threads)
@@ -179,8 +180,12 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
         extra = f": {r[1]}" if r[1] else ""
         log(f"[crossover] {len(results)}/{len(jobs)} {r[0]} {j.arm} seed {j.seed} {j.run_dir.name}{extra}")
         if r[0] == "interrupted":
-            raise Interrupted(f"{j.run_dir.name} of {j.arm} seed {j.seed} was interrupted ({r[1]}); rerun the same "
-                              "command to resume", signal.SIGINT, -1, None)
+            raise Interrupted(
+                f"{j.run_dir.name} of {j.arm} seed {j.seed} was interrupted ({r[1]}); rerun the same command to resume",
+                signal.SIGINT,
+                -1,
+                None,
+            )
 
     def start(j: Job) -> bool:
         """False (and the job reported "blocked") when its trunk did not finish."""
@@ -201,10 +206,12 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
     from smallinit.experiments.runner import signal_when_parent_dies
 
     # a worker whose parent dies gets SIGTERM: its run checkpoints and stops instead of training on as an orphan
-    pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs))),
-                               mp_context=multiprocessing.get_context("spawn"),
-                               initializer=signal_when_parent_dies if sys.platform.startswith("linux") else None,
-                               initargs=(signal.SIGTERM,))
+    pool = ProcessPoolExecutor(
+        max_workers=max(1, min(workers, len(jobs))),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=signal_when_parent_dies if sys.platform.startswith("linux") else None,
+        initargs=(signal.SIGTERM,),
+    )
     futs: dict[Any, Job] = {}
     waiting = list(jobs)
     try:
@@ -230,5 +237,4 @@ def execute(jobs: list[Job], workers: int, log: Callable[[str], None], threads: 
     return results
 
 
-__all__ = ["Job", "assign_threads", "batch_threads", "execute", "is_finished", "make_branch", "run_job",
-           "run_state"]
+__all__ = ["Job", "assign_threads", "batch_threads", "execute", "is_finished", "make_branch", "run_job", "run_state"]

@@ -20,11 +20,12 @@ import copy
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from smallinit.io import atomic_write_json
+from smallinit.core.io import atomic_write_json
 
 
 def train_with_probes(config, run_dir: Path) -> dict[str, Any]:
@@ -58,7 +59,7 @@ def _anchor(config, run_dir: Path) -> dict[str, Any]:
 
 
 def _train_config(d: dict[str, Any]):
-    from smallinit.train.config import config_from_dict
+    from smallinit.config import config_from_dict
 
     return config_from_dict(d)
 
@@ -129,14 +130,15 @@ def run_job(job: Job, resume: bool = False) -> Any:
 
 def write_job_file(job: Job, path: str | os.PathLike) -> Path:
     """The job as plain data (``task``, ``run_dir``, ``name``, ``config``) in a JSON file, for the subprocess."""
-    atomic_write_json(path, {"task": job.task, "name": job.name, "run_dir": str(job.run_dir),
-                             "config": job.config.to_dict()})
+    atomic_write_json(
+        path, {"task": job.task, "name": job.name, "run_dir": str(job.run_dir), "config": job.config.to_dict()}
+    )
     return Path(path)
 
 
 def read_job_file(path: str | os.PathLike) -> Job:
     """A :class:`Job` back from :func:`write_job_file` (its config typed again and validated)."""
-    from smallinit.errors import ConfigError
+    from smallinit.core.errors import ConfigError
 
     try:
         d = json.loads(Path(path).read_text())
@@ -151,7 +153,7 @@ def read_job_file(path: str | os.PathLike) -> Job:
 def main(argv: list[str] | None = None) -> int:
     """``python -m smallinit.experiments.job JOBFILE [--resume]``: run one job; 0 done, 2 error, 128 + the signal
     when interrupted (130 SIGINT, 143 SIGTERM: the run checkpointed; the runner resumes it, never calls it failed)."""
-    from smallinit.errors import Interrupted, SmallinitError
+    from smallinit.core.errors import Interrupted, SmallinitError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
@@ -174,8 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["Job", "TASKS", "Task", "main", "read_job_file", "resume_with_probes", "run_job", "train_with_probes",
-           "write_job_file"]
+__all__ = [
+    "Job",
+    "TASKS",
+    "Task",
+    "main",
+    "read_job_file",
+    "resume_with_probes",
+    "run_job",
+    "train_with_probes",
+    "write_job_file",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

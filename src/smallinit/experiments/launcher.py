@@ -27,22 +27,35 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from smallinit.errors import ConfigError, RunDirError
+from smallinit.core.errors import ConfigError, RunDirError
+from smallinit.core.io import atomic_write_json
 from smallinit.experiments.cluster_status import ACTIVE, CLUSTER_DIR, latest_jobs, local_alive, read_jobs, sacct_states
-from smallinit.io import atomic_write_json
 
 EXECUTORS = ("slurm", "local")
 STOP_SECONDS = 300
 """``#SBATCH --signal=TERM@300``: a run gets SIGTERM 5 minutes before its job's time limit, writes its checkpoint
 and stops (time for a 1.5B model's optimizer state on a shared filesystem)."""
 DEFAULT_MINUTES = 24 * 60
-OWN_SBATCH = {"partition": "--partition", "time": "--time", "account": "--account", "qos": "--qos",
-              "cpus-per-task": "--cpus-per-job", "gpus-per-node": "--gpus-per-job", "job-name": "",
-              "array": "", "dependency": "", "output": "", "error": "", "signal": "", "open-mode": ""}
+OWN_SBATCH = {
+    "partition": "--partition",
+    "time": "--time",
+    "account": "--account",
+    "qos": "--qos",
+    "cpus-per-task": "--cpus-per-job",
+    "gpus-per-node": "--gpus-per-job",
+    "job-name": "",
+    "array": "",
+    "dependency": "",
+    "output": "",
+    "error": "",
+    "signal": "",
+    "open-mode": "",
+}
 """``#SBATCH`` keys the launcher writes itself: given to ``--sbatch`` they are refused (naming the option to use)."""
 HEARTBEAT_SECONDS = 1800
 
@@ -73,8 +86,12 @@ class ClusterOptions:
         """ConfigError naming the first bad value."""
         if self.executor not in EXECUTORS:
             raise ConfigError(f"the executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
-        for flag, v, low in (("--time", self.time, 1), ("--gpus-per-job", self.gpus_per_job, 0),
-                             ("--cpus-per-job", self.cpus_per_job, 1), ("--jobs", self.max_running, 1)):
+        for flag, v, low in (
+            ("--time", self.time, 1),
+            ("--gpus-per-job", self.gpus_per_job, 0),
+            ("--cpus-per-job", self.cpus_per_job, 1),
+            ("--jobs", self.max_running, 1),
+        ):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
                 what = "minutes" if flag == "--time" else "a count"
                 raise ConfigError(f"{flag} must be a whole number ({what}) >= {low}, got {v!r}")
@@ -114,12 +131,16 @@ def check_available(executor: str = "slurm") -> None:
     try:
         import submitit  # noqa: F401
     except ImportError:
-        raise ConfigError("--launcher slurm needs the submitit package, which is not installed: "
-                          "pip install 'smallinit[slurm]' (or pip install submitit)") from None
+        raise ConfigError(
+            "--launcher slurm needs the submitit package, which is not installed: "
+            "pip install 'smallinit[slurm]' (or pip install submitit)"
+        ) from None
     missing = [c for c in ("sbatch", "srun") if executor == "slurm" and shutil.which(c) is None]
     if missing:
-        raise ConfigError(f"--launcher slurm: {' and '.join(missing)} not found on PATH; run this where SLURM jobs are "
-                          "submitted (a login node)")
+        raise ConfigError(
+            f"--launcher slurm: {' and '.join(missing)} not found on PATH; run this where SLURM jobs are "
+            "submitted (a login node)"
+        )
 
 
 def run_job_file(job_file: str, log_path: str) -> int:
@@ -127,7 +148,7 @@ def run_job_file(job_file: str, log_path: str) -> int:
     file, resuming a partial run (decided here, at start), its output appended to the job's log — as the local
     runner's subprocess. Returns main's exit status (0 done, 2 error, 128 + the signal when stopped)."""
     from smallinit.experiments.job import main, read_job_file
-    from smallinit.rundir import run_state
+    from smallinit.runs.rundir import run_state
 
     job = read_job_file(job_file)
     resume = run_state(job.run_dir) == "partial" and job.resumable
@@ -155,7 +176,7 @@ def run_crossover_job(job: Any) -> tuple[str, str | None]:
 
 def checkpoint_step(run_dir: Path | None) -> int:
     """The step of the run's last complete checkpoint (−1: none)."""
-    from smallinit.checkpoint import list_checkpoints
+    from smallinit.runs.checkpoint import list_checkpoints
 
     ckpts = list_checkpoints(run_dir) if run_dir is not None else []
     return int(ckpts[-1].name.rsplit("_", 1)[-1]) if ckpts else -1
@@ -257,11 +278,20 @@ class Launcher:
         extra = {"signal": f"TERM@{STOP_SECONDS}", **o.sbatch}
         if dependency:
             extra["kill-on-invalid-dep"] = "yes"  # a trunk that did not finish: its branches leave the queue
-        params: dict[str, Any] = {"job_name": f"smallinit-{what}", "time": o.time, "stderr_to_stdout": True,
-                                  "additional_parameters": extra, "partition": o.partition, "account": o.account,
-                                  "qos": o.qos, "dependency": dependency, "cpus_per_task": o.cpus_per_job,
-                                  "gpus_per_node": o.gpus_per_job or None, "array_parallelism": o.max_running,
-                                  "setup": [f"export OMP_NUM_THREADS={o.cpus_per_job}"] if o.cpus_per_job else None}
+        params: dict[str, Any] = {
+            "job_name": f"smallinit-{what}",
+            "time": o.time,
+            "stderr_to_stdout": True,
+            "additional_parameters": extra,
+            "partition": o.partition,
+            "account": o.account,
+            "qos": o.qos,
+            "dependency": dependency,
+            "cpus_per_task": o.cpus_per_job,
+            "gpus_per_node": o.gpus_per_job or None,
+            "array_parallelism": o.max_running,
+            "setup": [f"export OMP_NUM_THREADS={o.cpus_per_job}"] if o.cpus_per_job else None,
+        }
         ex.update_parameters(**{k: v for k, v in params.items() if v is not None})
         return ex
 
@@ -276,14 +306,18 @@ class Launcher:
 
     def _alive(self, records: list[dict[str, Any]]) -> set[str]:
         """The job ids among ``records`` (of this executor, not seen over here) that have not ended."""
-        mine = [str(r["job_id"]) for r in records
-                if r.get("executor") == self.options.executor and str(r["job_id"]) not in self._over]
+        mine = [
+            str(r["job_id"])
+            for r in records
+            if r.get("executor") == self.options.executor and str(r["job_id"]) not in self._over
+        ]
         if not self.slurm:
             return {j for j in mine if local_alive(j)}
         return {j for j, s in sacct_states(mine).items() if s in ACTIVE}
 
-    def submit(self, items: list[Item], what: str, dependency: str | None = None,
-               log: Callable[[str], None] | None = None) -> list[Submitted]:
+    def submit(
+        self, items: list[Item], what: str, dependency: str | None = None, log: Callable[[str], None] | None = None
+    ) -> list[Submitted]:
         """Submit ``items`` as one job array (``dependency``: e.g. "afterok:123_0") and record them; an item whose last
         submission is still pending or running is waited for instead. Returns one :class:`Submitted` per item."""
         log = log or self.log
@@ -292,8 +326,10 @@ class Launcher:
         alive = self._alive([latest[k] for k, *_ in items if k in latest])
         out = {k: self._attach(latest[k]) for k, *_ in items if k in latest and str(latest[k]["job_id"]) in alive}
         if out:
-            log(f"[cluster] {len(out)} {what} job(s) of an earlier submission still pending or running: waiting for "
-                "them")
+            log(
+                f"[cluster] {len(out)} {what} job(s) of an earlier submission still pending or running: waiting for "
+                "them"
+            )
         new = [it for it in items if it[0] not in out]
         if new:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -303,17 +339,29 @@ class Launcher:
                 with ex.batch():
                     jobs = [ex.submit(fn, *args) for _, _, fn, args in new]
             except Exception as e:  # noqa: BLE001 - sbatch's refusal (a bad partition, time or option) as one line
-                raise RunDirError(f"the cluster refused the {what} jobs: {_last_line(str(e)) or type(e).__name__}"
-                                  ) from None
+                raise RunDirError(
+                    f"the cluster refused the {what} jobs: {_last_line(str(e)) or type(e).__name__}"
+                ) from None
             now = time.time()
-            fresh = [{"key": k, "run": self.key(run) if run is not None else None, "what": what,
-                      "job_id": str(j.job_id), "executor": self.options.executor, "dependency": dependency,
-                      "submitted": now} for (k, run, _, _), j in zip(new, jobs)]
+            fresh = [
+                {
+                    "key": k,
+                    "run": self.key(run) if run is not None else None,
+                    "what": what,
+                    "job_id": str(j.job_id),
+                    "executor": self.options.executor,
+                    "dependency": dependency,
+                    "submitted": now,
+                }
+                for (k, run, _, _), j in zip(new, jobs)
+            ]
             atomic_write_json(self.out / CLUSTER_DIR / "jobs.json", {"jobs": records + fresh})
             for r, j, step in zip(fresh, jobs, steps):
                 out[r["key"]] = Submitted(r, j, step)
-            log(f"[cluster] submitted {len(new)} {what} job(s) as {fresh[0]['job_id'].split('_')[0]}"
-                f"{' (array)' if len(new) > 1 else ''}{f' after {dependency[8:]}' if dependency else ''}")
+            log(
+                f"[cluster] submitted {len(new)} {what} job(s) as {fresh[0]['job_id'].split('_')[0]}"
+                f"{' (array)' if len(new) > 1 else ''}{f' after {dependency[8:]}' if dependency else ''}"
+            )
         return [out[k] for k, *_ in items]
 
     def cancel(self, s: Submitted) -> None:
@@ -335,8 +383,10 @@ class Launcher:
                     log(f"[cluster] {len(flying)} job(s) in flight (smallinit status {self.out} shows each)")
                 time.sleep(self.poll)
         except KeyboardInterrupt:
-            log(f"[cluster] stopped waiting; the {len(flying)} job(s) in flight go on: rerun the same command to wait "
-                "for them and continue")
+            log(
+                f"[cluster] stopped waiting; the {len(flying)} job(s) in flight go on: rerun the same command to wait "
+                "for them and continue"
+            )
             raise
 
     def again(self, s: Submitted, run_dir: Path, log: Callable[[str], None]) -> bool:
@@ -344,8 +394,10 @@ class Launcher:
         cancelled (scancel) and the run checkpointed past where it started (a time limit, a preemption)."""
         if not self.slurm or s.state() == "CANCELLED" or checkpoint_step(run_dir) <= s.start_step:
             return False
-        log(f"[cluster] {self.key(run_dir)} stopped at step {checkpoint_step(run_dir)} before its end (job {s.job_id}):"
-            " submitted again, it resumes there")
+        log(
+            f"[cluster] {self.key(run_dir)} stopped at step {checkpoint_step(run_dir)} before its end (job {s.job_id}):"
+            " submitted again, it resumes there"
+        )
         return True
 
     def _threads(self, config: Any) -> None:
@@ -375,7 +427,9 @@ class Launcher:
                 if kind == "result":
                     rc = int(value)
                 else:
-                    why = _last_line(value) if kind == "error" else f"its job {s.job_id} ended without a result ({value})"
+                    why = (
+                        _last_line(value) if kind == "error" else f"its job {s.job_id} ended without a result ({value})"
+                    )
                     with open(job.log_path, "a") as f:
                         f.write(f"error: {why}; the job's output: {s.output}\n")
                     rc = 1 if kind == "error" or value == "FAILED" else -9
@@ -393,11 +447,14 @@ class Launcher:
             if m:
                 return m.group(1), None if m.group(2) == "None" else m.group(2)
             return "failed", f"{_last_line(value)} (the job's output: {s.output})"
-        return ("failed" if value == "FAILED" else "interrupted",
-                f"its job {s.job_id} ended without a result ({value}); its output: {s.output}")
+        return (
+            "failed" if value == "FAILED" else "interrupted",
+            f"its job {s.job_id} ended without a result ({value}); its output: {s.output}",
+        )
 
-    def execute(self, jobs: list[Any], log: Callable[[str], None], threads: int = 0
-                ) -> dict[Path, tuple[str, str | None]]:
+    def execute(
+        self, jobs: list[Any], log: Callable[[str], None], threads: int = 0
+    ) -> dict[Path, tuple[str, str | None]]:
         """:func:`smallinit.experiments.crossover_runs.execute` on the cluster: the same jobs, results and log lines.
 
         A branch whose trunk is in flight is queued behind it (``afterok``), or submitted when the trunk is done
@@ -472,8 +529,10 @@ class Launcher:
                         report(own[b], ("blocked", f"its trunk {d.name} did not finish"))
         stopped = [p for p, r in results.items() if r[0] == "interrupted"]
         if stopped:
-            raise RunDirError(f"{len(stopped)} run(s) stopped before their end (first: {stopped[0]}: "
-                              f"{results[stopped[0]][1]}); rerun the same command to resume them")
+            raise RunDirError(
+                f"{len(stopped)} run(s) stopped before their end (first: {stopped[0]}: "
+                f"{results[stopped[0]][1]}); rerun the same command to resume them"
+            )
         return results
 
     def call(self, fn: Callable[..., Any], *args: Any, name: str, log: Callable[[str], None] | None = None) -> Any:
@@ -488,5 +547,16 @@ class Launcher:
         raise RunDirError(f"the {name} job {s.job_id} failed: {why}; its output: {s.output}")
 
 
-__all__ = ["ClusterOptions", "DEFAULT_MINUTES", "Launcher", "RunNotFinished", "STOP_SECONDS", "Submitted",
-           "check_available", "checkpoint_step", "parse_sbatch", "run_crossover_job", "run_job_file"]
+__all__ = [
+    "ClusterOptions",
+    "DEFAULT_MINUTES",
+    "Launcher",
+    "RunNotFinished",
+    "STOP_SECONDS",
+    "Submitted",
+    "check_available",
+    "checkpoint_step",
+    "parse_sbatch",
+    "run_crossover_job",
+    "run_job_file",
+]

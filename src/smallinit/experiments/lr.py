@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from smallinit.figures import finish_axes, pyplot, save_png
-from smallinit.rundir import collect_run, read_json, run_state
+from smallinit.core.figures import finish_axes, pyplot, save_png
+from smallinit.runs.rundir import collect_run, read_json, run_state
 
 
 def select_lr(runs: dict[float, Path], metric: str = "final_tune_loss") -> tuple[float | None, list[dict[str, Any]]]:
@@ -20,8 +20,15 @@ def select_lr(runs: dict[float, Path], metric: str = "final_tune_loss") -> tuple
         info = collect_run(rd)
         v = info.get(metric) if info.get(metric) is not None else info.get("final_val_loss")
         ok = info["state"] == "done" and v is not None and math.isfinite(v)
-        rows.append({"lr": lr, "state": info["state"] if not info.get("error") else f"failed: {info['error']}",
-                     "tune_loss": info.get("final_tune_loss"), "val_loss": info.get("final_val_loss"), "run": rd.name})
+        rows.append(
+            {
+                "lr": lr,
+                "state": info["state"] if not info.get("error") else f"failed: {info['error']}",
+                "tune_loss": info.get("final_tune_loss"),
+                "val_loss": info.get("final_val_loss"),
+                "run": rd.name,
+            }
+        )
         if ok and v < best_v:
             best, best_v = lr, v
     for r in rows:
@@ -35,8 +42,9 @@ def select_anchor_lr(runs: dict[float, Path]) -> tuple[float | None, list[dict[s
         s = read_json(rd / "summary.json") or {}
         v = s.get("final_val_loss")
         ok = bool(s.get("completed")) and v is not None and math.isfinite(v)
-        rows.append({"lr": lr, "state": run_state(rd), "tune_loss": v, "heldout_acc": s.get("heldout_acc"),
-                     "run": rd.name})
+        rows.append(
+            {"lr": lr, "state": run_state(rd), "tune_loss": v, "heldout_acc": s.get("heldout_acc"), "run": rd.name}
+        )
         if ok and v < best_v:
             best, best_v = lr, v
     for r in rows:
@@ -60,8 +68,14 @@ def plot_lr_sweep(out: Path, name: str, lr_tables: dict[str, dict[str, Any]]) ->
     if not drawn:
         plt.close(fig)
         return None
-    finish_axes(ax, "peak learning rate", "final tune_loss", "learning-rate sweep (each arm keeps its minimum)",
-                legend=None, xscale="log")
+    finish_axes(
+        ax,
+        "peak learning rate",
+        "final tune_loss",
+        "learning-rate sweep (each arm keeps its minimum)",
+        legend=None,
+        xscale="log",
+    )
     ax.legend(fontsize=6, ncol=2)
     save_png(fig, Path(out) / name)
     return name

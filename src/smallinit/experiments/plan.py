@@ -5,7 +5,7 @@ Phase 1 trains every LM arm at every learning rate of the preset (seed 0) and ev
 seeds as the most any claim using it asks for). LM runs live in ``OUT/runs/<arm>-lr<lr>-s<seed>``, anchor runs in
 ``OUT/anchor/anchor-g<γ>-lr<lr>-s<seed>``, deduplicated across claims.
 
-An arm's settings reach the run as fields of the typed :class:`~smallinit.train.config.RunConfig` (γ →
+An arm's settings reach the run as fields of the typed :class:`~smallinit.config.RunConfig` (γ →
 ``model.gamma``, ε → ``model.norm_eps``, gate → ``model.gate``, BOS → ``data.bos``) or of the
 :class:`~smallinit.experiments.anchor.AnchorConfig`; the preset's ``base`` and size overrides are its data.
 """
@@ -17,17 +17,18 @@ import dataclasses
 import os
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from smallinit.errors import DataError
+from smallinit.config import RunConfig, load_config, set_dotted
+from smallinit.core.errors import DataError
 from smallinit.experiments.claims import registry
 from smallinit.experiments.claims.context import anchor_name, fmt_lr, run_name
 from smallinit.experiments.cost import default_threads, fmt_seconds, model_cost, sharing_speedup, wall_seconds
 from smallinit.experiments.job import Job
 from smallinit.experiments.presets import AnchorArm, Arm, Preset
-from smallinit.train.config import RunConfig, load_config, set_dotted
 from smallinit.train.precision import pin_for_claims
 
 
@@ -61,21 +62,26 @@ def lm_config(p: Preset, a: Arm, lr: float, seed: int, corpus: Path | str) -> Ru
         set_dotted(d, k, v, what="preset key")
     cfg = pin_for_claims(load_config(None, [], base=d))  # "auto" → float32 until bf16's parity is shown
     r = dataclasses.replace
-    cfg = r(cfg, model=r(cfg.model, gamma=a.gamma, norm_eps=a.eps, gate=a.gate),
-            data=r(cfg.data, bos=a.bos, path=str(corpus)),
-            optim=r(cfg.optim, lr=lr, eps=cfg.optim.eps if a.adam_eps is None else a.adam_eps),
-            train=r(cfg.train, seed=seed))
+    cfg = r(
+        cfg,
+        model=r(cfg.model, gamma=a.gamma, norm_eps=a.eps, gate=a.gate),
+        data=r(cfg.data, bos=a.bos, path=str(corpus)),
+        optim=r(cfg.optim, lr=lr, eps=cfg.optim.eps if a.adam_eps is None else a.adam_eps),
+        train=r(cfg.train, seed=seed),
+    )
     cfg.validate()
     return cfg
 
 
-def lm_job(p: Preset, out: Path, a: Arm, lr: float, seed: int, corpus: Path | str, parallel: int,
-           gflops: float | None) -> Job:
+def lm_job(
+    p: Preset, out: Path, a: Arm, lr: float, seed: int, corpus: Path | str, parallel: int, gflops: float | None
+) -> Job:
     from smallinit.experiments.sweep import train_job
 
     name = run_name(a, lr, seed)
-    return train_job(name, lm_config(p, a, lr, seed, corpus), out / "runs", parallel=parallel, gflops=gflops,
-                     label=name)
+    return train_job(
+        name, lm_config(p, a, lr, seed, corpus), out / "runs", parallel=parallel, gflops=gflops, label=name
+    )
 
 
 def anchor_config(p: Preset, gamma: float, lr: float, seed: int, parallel: int = 1):
@@ -132,12 +138,14 @@ def phase_wall_seconds(estimates: list[float], jobs: int) -> float:
 
 def plan_wall_seconds(plan: Plan, jobs: int) -> float:
     """Estimated wall-clock of phase 1 then phase 2 (:func:`phase_wall_seconds` each)."""
-    return (phase_wall_seconds([j.est_seconds for j in plan.phase1], jobs)
-            + phase_wall_seconds(plan.phase2_estimates, jobs))
+    return phase_wall_seconds([j.est_seconds for j in plan.phase1], jobs) + phase_wall_seconds(
+        plan.phase2_estimates, jobs
+    )
 
 
-def make_plan(p: Preset, out: Path, corpus: Path, gflops: float | None, anchor_gflops: float | None,
-              parallel: int) -> Plan:
+def make_plan(
+    p: Preset, out: Path, corpus: Path, gflops: float | None, anchor_gflops: float | None, parallel: int
+) -> Plan:
     arms = claim_arms(p)
     lm_arms: list[Arm] = []
     anchor_arms: list[AnchorArm] = []
@@ -180,36 +188,48 @@ def phase2_jobs(plan: Plan, out: Path, chosen: dict[str, float | None], corpus: 
 def describe_plan(plan: Plan, jobs: int) -> str:
     """The plan in words: claims, learning rates, every phase-1 run with its size, tokens and cost, the estimate."""
     p = plan.preset
-    lines = [f"reproduce --preset {p.name}: {p.description}", f"budget: {p.budget}",
-             f"claims run: {', '.join(map(str, p.claims))}; not run: "
-             f"{', '.join(str(c) for c in registry() if c not in p.claims) or 'none'}",
-             f"learning rates per arm: {', '.join(map(fmt_lr, p.lrs))}"
-             f"{' (chosen on tune_loss)' if len(p.lrs) > 1 else ' (fixed, not tuned)'}",
-             "", f"phase 1: {len(plan.phase1)} runs"]
+    lines = [
+        f"reproduce --preset {p.name}: {p.description}",
+        f"budget: {p.budget}",
+        f"claims run: {', '.join(map(str, p.claims))}; not run: "
+        f"{', '.join(str(c) for c in registry() if c not in p.claims) or 'none'}",
+        f"learning rates per arm: {', '.join(map(fmt_lr, p.lrs))}"
+        f"{' (chosen on tune_loss)' if len(p.lrs) > 1 else ' (fixed, not tuned)'}",
+        "",
+        f"phase 1: {len(plan.phase1)} runs",
+    ]
     total_s, total_flops = 0.0, 0.0
     lines.append(f"  {'run':<46} {'params':>9} {'tokens':>9} {'tok/param':>9} {'PFLOP':>8} {'est':>8}")
     for j in plan.phase1:
         c = plan.costs.get(j.name)
         if c:
             total_flops += c["flops"]
-            lines.append(f"  {j.name:<46} {c['params'] / 1e6:8.2f}M {c['tokens'] / 1e6:8.2f}M "
-                         f"{c['tokens'] / c['params']:9.2f} {c['flops'] / 1e15:8.3f} {fmt_seconds(j.est_seconds):>8}")
+            lines.append(
+                f"  {j.name:<46} {c['params'] / 1e6:8.2f}M {c['tokens'] / 1e6:8.2f}M "
+                f"{c['tokens'] / c['params']:9.2f} {c['flops'] / 1e15:8.3f} {fmt_seconds(j.est_seconds):>8}"
+            )
         else:
             lines.append(f"  {j.name:<46} {'':>9} {'':>9} {'':>9} {'':>8} {fmt_seconds(j.est_seconds):>8}")
         total_s += j.est_seconds
-    lines.append(f"phase 2: {plan.phase2_count} more runs (extra seeds at each arm's chosen learning rate), "
-                 f"≈ {fmt_seconds(plan.phase2_seconds)}")
+    lines.append(
+        f"phase 2: {plan.phase2_count} more runs (extra seeds at each arm's chosen learning rate), "
+        f"≈ {fmt_seconds(plan.phase2_seconds)}"
+    )
     total_s += plan.phase2_seconds
     wall = plan_wall_seconds(plan, jobs)
     gpu_h = total_s / 3600
-    lines += ["", f"throughput assumed: {plan.gflops:,.1f} GFLOP/s per job (LM), "
-                  f"{(plan.anchor_gflops or 0):,.1f} (anchor); {jobs} job(s) at a time",
-              f"estimated cost: {total_flops / 1e18:.3g} EFLOP for phase 1 LM runs; "
-              f"≈ {fmt_seconds(wall)} wall-clock" + (f" (≈ {gpu_h:,.0f} device-hours)" if p.name == "gpu" else "")]
+    lines += [
+        "",
+        f"throughput assumed: {plan.gflops:,.1f} GFLOP/s per job (LM), "
+        f"{(plan.anchor_gflops or 0):,.1f} (anchor); {jobs} job(s) at a time",
+        f"estimated cost: {total_flops / 1e18:.3g} EFLOP for phase 1 LM runs; "
+        f"≈ {fmt_seconds(wall)} wall-clock" + (f" (≈ {gpu_h:,.0f} device-hours)" if p.name == "gpu" else ""),
+    ]
     return "\n".join(lines)
 
 
 # ---- the corpus -------------------------------------------------------------------------------------------
+
 
 def check_corpus_path(p: Preset, corpus: str | os.PathLike | None, out: Path, planning: bool = False) -> Path:
     """The data directory a reproduction will use (``corpus``, or ``OUT/../data/<name>``), refused before any work
@@ -223,7 +243,9 @@ def check_corpus_path(p: Preset, corpus: str | os.PathLike | None, out: Path, pl
     if path.is_dir() and any(path.iterdir()):
         raise DataError(f"{path} exists but is not a prepared data directory (no meta.json)")
     if not p.corpus.get("inputs") and not planning:
-        raise DataError(f"preset {p.name} has no default corpus: prepare one with `smallinit prepare` and pass --corpus")
+        raise DataError(
+            f"preset {p.name} has no default corpus: prepare one with `smallinit prepare` and pass --corpus"
+        )
     return path
 
 
@@ -237,14 +259,22 @@ def ensure_corpus(p: Preset, corpus: str | os.PathLike | None, out: Path, log: C
 
     tokenizer = p.corpus.get("tokenizer", "bpe")
     what = f"BPE {p.corpus.get('vocab_size', 8192)}" if tokenizer == "bpe" else tokenizer
-    log(f"[reproduce] preparing {', '.join(p.corpus['inputs'])} into {path} ({what}"
-        f"{', first %.0f MB' % (p.corpus['max_bytes'] / 1e6) if p.corpus.get('max_bytes') else ''}) ...")
+    log(
+        f"[reproduce] preparing {', '.join(p.corpus['inputs'])} into {path} ({what}"
+        f"{', first %.0f MB' % (p.corpus['max_bytes'] / 1e6) if p.corpus.get('max_bytes') else ''}) ..."
+    )
     t0 = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prepare_corpus(list(p.corpus["inputs"]), path, tokenizer=tokenizer, vocab_size=int(p.corpus.get("vocab_size", 8192)),
-                       val_fraction=float(p.corpus.get("val_fraction", 0.02)), progress=False,
-                       max_bytes=p.corpus.get("max_bytes"))
+        prepare_corpus(
+            list(p.corpus["inputs"]),
+            path,
+            tokenizer=tokenizer,
+            vocab_size=int(p.corpus.get("vocab_size", 8192)),
+            val_fraction=float(p.corpus.get("val_fraction", 0.02)),
+            progress=False,
+            max_bytes=p.corpus.get("max_bytes"),
+        )
     log(f"[reproduce] corpus ready in {fmt_seconds(time.time() - t0)}")
     return path
 
@@ -260,10 +290,17 @@ def check_corpus(p: Preset, corpus: Path) -> dict[str, Any]:
     need = batches * int(t["batch_size"])
     have = len(val_offsets(len(td.val), T, td.bos_id if d.get("bos") else None))
     if have < need:
-        raise DataError(f"{corpus}: the val split holds {have} windows of {T} tokens; preset {p.name} needs {need} "
-                        f"({batches} val+tune batches of {t['batch_size']}); prepare it with a larger --val-fraction")
-    return {"path": str(corpus), "vocab_size": td.vocab_size, "train_tokens": int(len(td.train)),
-            "val_tokens": int(len(td.val)), "sources": [s.get("name") for s in td.meta.get("sources", [])]}
+        raise DataError(
+            f"{corpus}: the val split holds {have} windows of {T} tokens; preset {p.name} needs {need} "
+            f"({batches} val+tune batches of {t['batch_size']}); prepare it with a larger --val-fraction"
+        )
+    return {
+        "path": str(corpus),
+        "vocab_size": td.vocab_size,
+        "train_tokens": int(len(td.train)),
+        "val_tokens": int(len(td.val)),
+        "sources": [s.get("name") for s in td.meta.get("sources", [])],
+    }
 
 
 def corpus_note(p: Preset, corpus: Path) -> str | None:
@@ -275,11 +312,28 @@ def corpus_note(p: Preset, corpus: Path) -> str | None:
     kind = (TokenData(corpus).meta.get("tokenizer") or {}).get("kind")
     if wanted is None or kind is None or kind == wanted:
         return None
-    return (f"note: preset {p.name} is sized for a {wanted} corpus; {corpus} is {kind} (vocabulary "
-            f"{TokenData(corpus).vocab_size:,}), so its runs cost what the plan below says, not the preset's "
-            "stated time")
+    return (
+        f"note: preset {p.name} is sized for a {wanted} corpus; {corpus} is {kind} (vocabulary "
+        f"{TokenData(corpus).vocab_size:,}), so its runs cost what the plan below says, not the preset's "
+        "stated time"
+    )
 
 
-__all__ = ["Plan", "anchor_config", "anchor_job", "check_corpus", "check_corpus_path", "claim_arms", "corpus_note",
-           "describe_plan", "ensure_corpus", "lm_config", "lm_job", "make_plan", "phase2_jobs", "phase_wall_seconds",
-           "plan_wall_seconds", "seeds_of_arm"]
+__all__ = [
+    "Plan",
+    "anchor_config",
+    "anchor_job",
+    "check_corpus",
+    "check_corpus_path",
+    "claim_arms",
+    "corpus_note",
+    "describe_plan",
+    "ensure_corpus",
+    "lm_config",
+    "lm_job",
+    "make_plan",
+    "phase2_jobs",
+    "phase_wall_seconds",
+    "plan_wall_seconds",
+    "seeds_of_arm",
+]

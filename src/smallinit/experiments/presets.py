@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 
 PAPER_REGIME = {"params": "0.1B–1.5B", "tokens": "~1T", "tokens_per_param": "≈ 670–10,000"}
 BASELINE = (0.5, 1e-5, "none")
@@ -27,6 +27,7 @@ PAPER = (1.0, 1e-12, "elementwise")
 
 
 # ---- arms and presets -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -44,12 +45,16 @@ class Arm:
     @property
     def key(self) -> str:
         moe = "-moe" if self.moe and "moe" not in self.size else ""
-        return (f"{self.size}{moe}-g{self.gamma:g}-e{self.eps:g}-{self.gate}"
-                f"{'' if self.bos else '-nobos'}{'' if self.adam_eps is None else f'-ae{self.adam_eps:g}'}")
+        return (
+            f"{self.size}{moe}-g{self.gamma:g}-e{self.eps:g}-{self.gate}"
+            f"{'' if self.bos else '-nobos'}{'' if self.adam_eps is None else f'-ae{self.adam_eps:g}'}"
+        )
 
     def describe(self) -> str:
-        return (f"γ={self.gamma:g}, ε={self.eps:g}, gate={self.gate}, {self.size}{' MoE' if self.moe else ''}"
-                f"{'' if self.bos else ', no BOS'}{'' if self.adam_eps is None else f', Adam ε={self.adam_eps:g}'}")
+        return (
+            f"γ={self.gamma:g}, ε={self.eps:g}, gate={self.gate}, {self.size}{' MoE' if self.moe else ''}"
+            f"{'' if self.bos else ', no BOS'}{'' if self.adam_eps is None else f', Adam ε={self.adam_eps:g}'}"
+        )
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,12 @@ def arm(size: str, setting: tuple[float, float, str], **kw) -> Arm:
 GAMMA_ONLY = (0.5, 1e-12, "elementwise")
 """The paper's ε and gate at the standard γ: separates γ's own effect from the gate's and the ε's."""
 CROSSOVER_ARMS: dict[str, tuple[float, float, str]] = {"baseline": BASELINE, "paper": PAPER, "gamma-only": GAMMA_ONLY}
-SHRINK_ARMS: dict[str, tuple[float, float, str]] = {"nofix-0.5": BASELINE, "nofix-1": (1.0, 1e-5, "none"),
-                                                    "fix-0.5": GAMMA_ONLY, "fix-1": PAPER}
+SHRINK_ARMS: dict[str, tuple[float, float, str]] = {
+    "nofix-0.5": BASELINE,
+    "nofix-1": (1.0, 1e-5, "none"),
+    "fix-0.5": GAMMA_ONLY,
+    "fix-1": PAPER,
+}
 """Claim 2's four arms per width in a crossover: γ ∈ {0.5, 1} × {no fix (ε 1e-5, no gate), fix (ε 1e-12, gate)}."""
 
 
@@ -82,7 +91,7 @@ SHRINK_ARMS: dict[str, tuple[float, float, str]] = {"nofix-0.5": BASELINE, "nofi
 class CrossoverPlan:
     """Claim 1's loss-against-budget experiment (:mod:`smallinit.experiments.crossover`) in a preset: every arm ×
     seed trains one trunk plus cooldown branches at ``fractions`` of ``tokens``; the verdict is read from the gap
-    at the largest budget (:func:`smallinit.crossing.loss_claim_verdict`). Claim 7 scores the D_max branches."""
+    at the largest budget (:func:`smallinit.analysis.crossing.loss_claim_verdict`). Claim 7 scores the D_max branches."""
 
     size: str
     """A key of :attr:`Preset.sizes`: the model shape (its ``train.max_steps`` is replaced by the budgets)."""
@@ -164,8 +173,14 @@ class Preset:
 
 
 def shape(d: int, layers: int, heads: int, ff: int, steps: int, **extra) -> dict[str, Any]:
-    return {"model.d_model": d, "model.n_layers": layers, "model.n_heads": heads, "model.d_ff": ff,
-            "train.max_steps": steps, **extra}
+    return {
+        "model.d_model": d,
+        "model.n_layers": layers,
+        "model.n_heads": heads,
+        "model.d_ff": ff,
+        "train.max_steps": steps,
+        **extra,
+    }
 
 
 DEMO = Preset(
@@ -173,21 +188,35 @@ DEMO = Preset(
     budget="≤ 15 minutes on a 2-core CPU",
     description="tiny models (d 128, 4 layers) on the built-in corpus; one learning rate (not tuned), one seed",
     claims=(1, 4, 6, 7, 9),
-    base={"model": {"preset": "tiny", "max_seq_len": 128},
-          "data": {"seq_len": 128, "val_batches": 8, "bos": True},
-          "optim": {"lr": 3e-3, "warmup_steps": 30},
-          "train": {"batch_size": 16, "log_every": 10, "eval_every": 100, "ckpt_every": 100, "keep_ckpts": 1},
-          "probe": {"every": 20}},
+    base={
+        "model": {"preset": "tiny", "max_seq_len": 128},
+        "data": {"seq_len": 128, "val_batches": 8, "bos": True},
+        "optim": {"lr": 3e-3, "warmup_steps": 30},
+        "train": {"batch_size": 16, "log_every": 10, "eval_every": 100, "ckpt_every": 100, "keep_ckpts": 1},
+        "probe": {"every": 20},
+    },
     sizes={"d128": shape(128, 4, 4, 384, 500)},
-    main_size="d128", probe_size="d128",
+    main_size="d128",
+    probe_size="d128",
     lrs=(3e-3,),
     anchor={"steps": 700, "eval_every": 100},
     anchor_lrs=(1e-3,),
-    corpus={"inputs": ["builtin:stdlib"], "vocab_size": 8192, "max_bytes": 12_000_000, "val_fraction": 0.05,
-            "name": "stdlib-demo"},
+    corpus={
+        "inputs": ["builtin:stdlib"],
+        "vocab_size": 8192,
+        "max_bytes": 12_000_000,
+        "val_fraction": 0.05,
+        "name": "stdlib-demo",
+    },
     compare_tokens=32768,
-    crossover=CrossoverPlan(size="d128", tokens=500 * 16 * 128, seeds=1, arms=("baseline", "paper"),
-                            fractions=(1 / 8, 1 / 4, 1 / 2, 1.0), overrides={"probe.every": 0}),
+    crossover=CrossoverPlan(
+        size="d128",
+        tokens=500 * 16 * 128,
+        seeds=1,
+        arms=("baseline", "paper"),
+        fractions=(1 / 8, 1 / 4, 1 / 2, 1.0),
+        overrides={"probe.every": 0},
+    ),
 )
 
 CPU_STEPS = 240
@@ -196,22 +225,43 @@ CPU_STEPS = 240
 CPU = Preset(
     name="cpu",
     budget="≈ 2 hours on a 2-core CPU (1h34m measured on 2026-11-30, before claims 4–6 got a third seed)",
-    description=("claim 1 (and 7) from a crossover at d128 × 4 layers, T 256: 8M tokens per arm × seed, arms baseline, "
-                 "paper and γ-only, 2 seeds, budgets D/16 … D, each arm's rate tuned on D/4 runs of its own seed; "
-                 "claims 4 and 6 on 3 seeds of short runs at one rate; the other claims on short runs (widths 64/128/256 at depth 2, 240 steps of 8×128), "
-                 "learning rate swept over 3 values per arm on tune_loss; byte-level corpus"),
+    description=(
+        "claim 1 (and 7) from a crossover at d128 × 4 layers, T 256: 8M tokens per arm × seed, arms baseline, "
+        "paper and γ-only, 2 seeds, budgets D/16 … D, each arm's rate tuned on D/4 runs of its own seed; "
+        "claims 4 and 6 on 3 seeds of short runs at one rate; the other claims on short runs (widths 64/128/256 at depth 2, 240 steps of 8×128), "
+        "learning rate swept over 3 values per arm on tune_loss; byte-level corpus"
+    ),
     claims=tuple(range(1, 12)),
-    base={"model": {"preset": "tiny", "max_seq_len": 128},
-          "data": {"seq_len": 128, "val_batches": 8, "tune_batches": 8, "bos": True},
-          "optim": {"warmup_steps": 30},
-          "train": {"batch_size": 8, "log_every": 10, "eval_every": 100, "ckpt_every": 100, "keep_ckpts": 1},
-          "probe": {"every": 25}},
-    sizes={"d64": shape(64, 2, 2, 192, CPU_STEPS), "d128": shape(128, 2, 2, 384, CPU_STEPS),
-           "d256": shape(256, 2, 4, 704, CPU_STEPS),
-           "d128-moe": shape(128, 2, 2, 384, CPU_STEPS, **{"model.moe.n_experts": 4, "model.moe.top_k": 2,
-                                                       "model.moe.d_expert": 192, "probe.heatmaps": ["blocks.0.attn.q"]})},
-    main_size="d256", probe_size="d128", shrink_sizes=("d64", "d128", "d256"),
-    scaling_sizes=("d64", "d128", "d256"), moe_size="d128-moe",
+    base={
+        "model": {"preset": "tiny", "max_seq_len": 128},
+        "data": {"seq_len": 128, "val_batches": 8, "tune_batches": 8, "bos": True},
+        "optim": {"warmup_steps": 30},
+        "train": {"batch_size": 8, "log_every": 10, "eval_every": 100, "ckpt_every": 100, "keep_ckpts": 1},
+        "probe": {"every": 25},
+    },
+    sizes={
+        "d64": shape(64, 2, 2, 192, CPU_STEPS),
+        "d128": shape(128, 2, 2, 384, CPU_STEPS),
+        "d256": shape(256, 2, 4, 704, CPU_STEPS),
+        "d128-moe": shape(
+            128,
+            2,
+            2,
+            384,
+            CPU_STEPS,
+            **{
+                "model.moe.n_experts": 4,
+                "model.moe.top_k": 2,
+                "model.moe.d_expert": 192,
+                "probe.heatmaps": ["blocks.0.attn.q"],
+            },
+        ),
+    },
+    main_size="d256",
+    probe_size="d128",
+    shrink_sizes=("d64", "d128", "d256"),
+    scaling_sizes=("d64", "d128", "d256"),
+    moe_size="d128-moe",
     lrs=(1e-3, 3e-3, 1e-2),
     # claims 4 (and 6, which shares its arms) and 5 need ≥ 3 seeds for a seed-paired t-interval (issue 35); claim
     # 5's six arms at 3 seeds also give the short runs' seed-noise floor (t with 2 degrees of freedom per arm)
@@ -224,33 +274,64 @@ CPU = Preset(
     compare_tokens=32768,
     sink_without_bos=True,
     crossover=CrossoverPlan(
-        size="d128", tokens=8_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"), lrs=(1e-3, 3e-3, 1e-2),
-        overrides={"model.n_layers": 4, "model.n_heads": 4, "data.seq_len": 256, "model.max_seq_len": 256,
-                   "train.batch_size": 16, "optim.warmup_steps": 50, "data.val_batches": 16, "data.tune_batches": 0,
-                   "train.eval_every": 100_000, "train.log_every": 50, "probe.every": 100}),
+        size="d128",
+        tokens=8_000_000,
+        seeds=2,
+        arms=("baseline", "paper", "gamma-only"),
+        lrs=(1e-3, 3e-3, 1e-2),
+        overrides={
+            "model.n_layers": 4,
+            "model.n_heads": 4,
+            "data.seq_len": 256,
+            "model.max_seq_len": 256,
+            "train.batch_size": 16,
+            "optim.warmup_steps": 50,
+            "data.val_batches": 16,
+            "data.tune_batches": 0,
+            "train.eval_every": 100_000,
+            "train.log_every": 50,
+            "probe.every": 100,
+        },
+    ),
 )
 
 GPU = Preset(
     name="gpu",
     budget="paper-sized: for accelerators (estimate below at the assumed throughput)",
-    description=("the paper's sizes 0.1B–1.5B (and the 0.5B MoE) at ~20 tokens per parameter, seq 2048, "
-                 "0.5M tokens per step, bf16; learning rate swept over 3 values per arm; 2 seeds for claims 1, 9"),
+    description=(
+        "the paper's sizes 0.1B–1.5B (and the 0.5B MoE) at ~20 tokens per parameter, seq 2048, "
+        "0.5M tokens per step, bf16; learning rate swept over 3 values per arm; 2 seeds for claims 1, 9"
+    ),
     claims=tuple(range(1, 12)),
     jobs=1,  # one accelerator, one run at a time
-    base={"model": {"preset": "0.1b"},
-          "data": {"seq_len": 2048, "val_batches": 32, "tune_batches": 32, "bos": True},
-          "optim": {"warmup_steps": 2000, "schedule": "wsd"},
-          "train": {"batch_size": 256, "micro_batch_size": 16, "dtype": "bf16", "compile": True, "log_every": 10,
-                    "eval_every": 1000, "ckpt_every": 2000, "keep_ckpts": 2},
-          "probe": {"every": 500}},
-    sizes={"0.1b": {"model.preset": "0.1b", "train.max_steps": 4000},
-           "0.3b": {"model.preset": "0.3b", "train.max_steps": 12000},
-           "0.7b": {"model.preset": "0.7b", "train.max_steps": 27000},
-           "1.5b": {"model.preset": "1.5b", "train.max_steps": 57000},
-           "0.5b-moe": {"model.preset": "0.5b-moe", "train.max_steps": 12000,
-                        "probe.heatmaps": ["blocks.0.attn.q"]}},
-    main_size="0.1b", probe_size="0.1b", shrink_sizes=("0.1b", "0.3b", "0.7b", "1.5b"),
-    scaling_sizes=("0.1b", "0.3b", "0.7b", "1.5b"), moe_size="0.5b-moe",
+    base={
+        "model": {"preset": "0.1b"},
+        "data": {"seq_len": 2048, "val_batches": 32, "tune_batches": 32, "bos": True},
+        "optim": {"warmup_steps": 2000, "schedule": "wsd"},
+        "train": {
+            "batch_size": 256,
+            "micro_batch_size": 16,
+            "dtype": "bf16",
+            "compile": True,
+            "log_every": 10,
+            "eval_every": 1000,
+            "ckpt_every": 2000,
+            "keep_ckpts": 2,
+        },
+        "probe": {"every": 500},
+    },
+    sizes={
+        "0.1b": {"model.preset": "0.1b", "train.max_steps": 4000},
+        "0.3b": {"model.preset": "0.3b", "train.max_steps": 12000},
+        "0.7b": {"model.preset": "0.7b", "train.max_steps": 27000},
+        "1.5b": {"model.preset": "1.5b", "train.max_steps": 57000},
+        "0.5b-moe": {"model.preset": "0.5b-moe", "train.max_steps": 12000, "probe.heatmaps": ["blocks.0.attn.q"]},
+    },
+    main_size="0.1b",
+    probe_size="0.1b",
+    shrink_sizes=("0.1b", "0.3b", "0.7b", "1.5b"),
+    scaling_sizes=("0.1b", "0.3b", "0.7b", "1.5b"),
+    moe_size="0.5b-moe",
     lrs=(1.5e-3, 3e-3, 6e-3),
     seeds={1: 2, 9: 2},
     gammas=(0.25, 0.5, 0.75, 1.0, 1.25, 1.5),
@@ -261,18 +342,25 @@ GPU = Preset(
     sink_without_bos=True,
     gflops=400_000.0,
     anchor_gflops=20_000.0,
-    crossover=CrossoverPlan(size="0.1b", tokens=10_000_000_000, seeds=2, arms=("baseline", "paper", "gamma-only"),
-                            lrs=(1.5e-3, 3e-3, 6e-3), overrides={"probe.every": 2000, "train.eval_every": 100_000,
-                                                "optim.warmup_steps": 500}),
+    crossover=CrossoverPlan(
+        size="0.1b",
+        tokens=10_000_000_000,
+        seeds=2,
+        arms=("baseline", "paper", "gamma-only"),
+        lrs=(1.5e-3, 3e-3, 6e-3),
+        overrides={"probe.every": 2000, "train.eval_every": 100_000, "optim.warmup_steps": 500},
+    ),
 )
 
 CPU_LONG = copy.deepcopy(CPU)
 CPU_LONG.name = "cpu-long"
 CPU_LONG.budget = "≈ 10 hours on a 2-core CPU (overnight)"
-CPU_LONG.description = ("claim 1's crossover at d128 × 4 layers pushed to 64M tokens per arm × seed (2 seeds, baseline "
-                        "and paper), so that a crossing predicted from the cpu preset's budgets is observed or refuted; "
-                        "claim 7 on its largest budget; with more hours (--hours) crossovers for claims 10 (MoE), 5 "
-                        "(γ sweep) and 2 (widths at equal tokens per parameter), each only when it fits")
+CPU_LONG.description = (
+    "claim 1's crossover at d128 × 4 layers pushed to 64M tokens per arm × seed (2 seeds, baseline "
+    "and paper), so that a crossing predicted from the cpu preset's budgets is observed or refuted; "
+    "claim 7 on its largest budget; with more hours (--hours) crossovers for claims 10 (MoE), 5 "
+    "(γ sweep) and 2 (widths at equal tokens per parameter), each only when it fits"
+)
 CPU_LONG.claims = (1, 2, 5, 7, 10)
 CPU_LONG.crossover = dataclasses.replace(CPU.crossover, tokens=64_000_000, arms=("baseline", "paper"))
 CPU_LONG.hours = 10.0
@@ -281,15 +369,32 @@ CPU_LONG.extra_crossovers = (
     # claim 10: the MoE pair (4 experts, top 2) at d128 × 4 layers, as claim 1's pair, 16M tokens
     dataclasses.replace(CPU.crossover, claim=10, size="d128-moe", tokens=16_000_000, arms=("baseline", "paper")),
     # claim 5: the γ sweep at d128 × 4 layers, ε 1e-12 and the gate throughout, 16M tokens, one seed
-    dataclasses.replace(CPU.crossover, claim=5, tokens=16_000_000, seeds=1,
-                        arms=("g0.5", "g0.75", "g1", "g1.25", "g1.5"),
-                        settings={f"g{g:g}": (g, 1e-12, "elementwise") for g in (0.5, 0.75, 1.0, 1.25, 1.5)}),
+    dataclasses.replace(
+        CPU.crossover,
+        claim=5,
+        tokens=16_000_000,
+        seeds=1,
+        arms=("g0.5", "g0.75", "g1", "g1.25", "g1.5"),
+        settings={f"g{g:g}": (g, 1e-12, "elementwise") for g in (0.5, 0.75, 1.0, 1.25, 1.5)},
+    ),
     # claim 2: widths 64 / 128 / 256 × 2 layers at equal tokens per parameter (10), γ ∈ {0.5, 1} × {no fix, fix}
-    *(dataclasses.replace(CPU.crossover, claim=2, label=size, size=size, tokens=0, tokens_per_param=10.0, seeds=1,
-                          fractions=(0.25, 0.5, 1.0), tune_fraction=0.25,
-                          arms=tuple(SHRINK_ARMS), settings=dict(SHRINK_ARMS),
-                          overrides={**_LONG_SHAPE, "model.n_layers": 2})
-      for size in ("d64", "d128", "d256")),
+    *(
+        dataclasses.replace(
+            CPU.crossover,
+            claim=2,
+            label=size,
+            size=size,
+            tokens=0,
+            tokens_per_param=10.0,
+            seeds=1,
+            fractions=(0.25, 0.5, 1.0),
+            tune_fraction=0.25,
+            arms=tuple(SHRINK_ARMS),
+            settings=dict(SHRINK_ARMS),
+            overrides={**_LONG_SHAPE, "model.n_layers": 2},
+        )
+        for size in ("d64", "d128", "d256")
+    ),
 )
 
 PRESETS: dict[str, Preset] = {"demo": DEMO, "cpu": CPU, "cpu-long": CPU_LONG, "gpu": GPU}
@@ -310,5 +415,23 @@ def get_preset(name: str | Preset, seeds: int | None = None) -> Preset:
     return p
 
 
-__all__ = ["AnchorArm", "Arm", "BASELINE", "CPU", "CPU_LONG", "CROSSOVER_ARMS", "CrossoverPlan", "SHRINK_ARMS", "DEMO", "GAMMA_ONLY",
-           "GPU", "PAPER", "PAPER_REGIME", "PRESETS", "Preset", "arm", "get_preset", "shape"]
+__all__ = [
+    "AnchorArm",
+    "Arm",
+    "BASELINE",
+    "CPU",
+    "CPU_LONG",
+    "CROSSOVER_ARMS",
+    "CrossoverPlan",
+    "SHRINK_ARMS",
+    "DEMO",
+    "GAMMA_ONLY",
+    "GPU",
+    "PAPER",
+    "PAPER_REGIME",
+    "PRESETS",
+    "Preset",
+    "arm",
+    "get_preset",
+    "shape",
+]

@@ -4,7 +4,7 @@ run-level tables (learning-rate selection, regime, timings, plan).
 
 The report is built once as a list of blocks — ("h1"|"h2"|"h3", text[, anchor]), ("p", text), ("verdict", v),
 ("pre", text), ("table", columns, rows), ("img", file, caption), ("list", items) — and rendered twice, to
-Markdown (:func:`render_md`) and to HTML (:func:`render_html`, through :func:`smallinit.figures.html_page`), so
+Markdown (:func:`render_md`) and to HTML (:func:`render_html`, through :func:`smallinit.core.figures.html_page`), so
 both always say the same. Nothing here computes a number or draws a figure.
 """
 
@@ -16,15 +16,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from smallinit.core.figures import html_page
+from smallinit.core.io import atomic_write_text
 from smallinit.experiments.claims.rules import RULE
 from smallinit.experiments.cost import fmt_seconds
 from smallinit.experiments.presets import PAPER_REGIME
-from smallinit.figures import html_page
-from smallinit.io import atomic_write_text
 
-VERDICT_COLORS = {"supported": "#1a7f37", "not supported": "#cf222e", "inconclusive": "#9a6700",
-                  "inconclusive — not reached at this budget": "#9a6700",
-                  "not run in this preset": "#6e7781"}
+VERDICT_COLORS = {
+    "supported": "#1a7f37",
+    "not supported": "#cf222e",
+    "inconclusive": "#9a6700",
+    "inconclusive — not reached at this budget": "#9a6700",
+    "not run in this preset": "#6e7781",
+}
 
 
 def _md_cell(x: Any) -> str:
@@ -100,21 +104,34 @@ def _effect_rows(effects: list[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for ef in effects:
         v, lo, hi = ef.get("value"), ef.get("lo"), ef.get("hi")
-        iv = (f"[{lo:+.4g}, {hi:+.4g}]" if lo is not None and hi is not None else "—")
+        iv = f"[{lo:+.4g}, {hi:+.4g}]" if lo is not None and hi is not None else "—"
         verdict = "(not part of the verdict)" if ef["label"].startswith("(info)") else ef["verdict"]
         rows.append([ef["label"], f"{v:+.4g}" if v is not None else "—", iv, ef.get("noise", ""), verdict])
     return rows
 
 
-def build_blocks(*, preset, claims: list[dict[str, Any]], lr_tables: dict[str, dict[str, Any]],
-                 regime: list[dict[str, Any]], corpus: dict[str, Any], timings: dict[str, float], plan_text: str,
-                 lr_plot: str | None) -> list[tuple]:
+def build_blocks(
+    *,
+    preset,
+    claims: list[dict[str, Any]],
+    lr_tables: dict[str, dict[str, Any]],
+    regime: list[dict[str, Any]],
+    corpus: dict[str, Any],
+    timings: dict[str, float],
+    plan_text: str,
+    lr_plot: str | None,
+) -> list[tuple]:
     B: list[tuple] = [("h1", f"smallinit reproduction — preset {preset.name}")]
-    B.append(("p", f"Small Initialization Matters for Large Language Models (Hang et al., 2026): every claim tested at "
-                   f"the scale of this preset ({preset.description}; budget {preset.budget}). Generated "
-                   f"{time.strftime('%Y-%m-%d %H:%M')} on corpus {corpus.get('path')} "
-                   f"({corpus.get('train_tokens', 0):,} train / {corpus.get('val_tokens', 0):,} val tokens, "
-                   f"vocabulary {corpus.get('vocab_size')})."))
+    B.append(
+        (
+            "p",
+            f"Small Initialization Matters for Large Language Models (Hang et al., 2026): every claim tested at "
+            f"the scale of this preset ({preset.description}; budget {preset.budget}). Generated "
+            f"{time.strftime('%Y-%m-%d %H:%M')} on corpus {corpus.get('path')} "
+            f"({corpus.get('train_tokens', 0):,} train / {corpus.get('val_tokens', 0):,} val tokens, "
+            f"vocabulary {corpus.get('vocab_size')}).",
+        )
+    )
     B.append(("h2", "Claims", "claims"))
     rows = []
     for c in claims:
@@ -125,20 +142,35 @@ def build_blocks(*, preset, claims: list[dict[str, Any]], lr_tables: dict[str, d
             main = f"{ef['label']}: {ef['value']:+.4g}{iv}"
         rows.append([c["id"], c["claim"], c["verdict"], main])
     B.append(("table", ["#", "claim", "verdict", "deciding effect [interval]"], rows))
-    B.append(("p", f"Verdict rule (computed, never hand-written): {RULE} Multi-part claims need every part; "
-                   "each claim's rule is judge() in its module under smallinit/experiments/claims/."))
+    B.append(
+        (
+            "p",
+            f"Verdict rule (computed, never hand-written): {RULE} Multi-part claims need every part; "
+            "each claim's rule is judge() in its module under smallinit/experiments/claims/.",
+        )
+    )
     for c in claims:
         B.append(("h2", f"Claim {c['id']}: {c['claim']}", f"claim{c['id']}"))
         B.append(("verdict", c["verdict"]))
         if c["verdict"] == "not run in this preset":
-            B.append(("p", f"Not run in the {preset.name} preset; the cpu preset (smallinit reproduce --preset cpu) runs "
-                           "every claim."))
+            B.append(
+                (
+                    "p",
+                    f"Not run in the {preset.name} preset; the cpu preset (smallinit reproduce --preset cpu) runs "
+                    "every claim.",
+                )
+            )
             continue
         if c.get("measured"):
             B.append(("p", "Measured: " + c["measured"] + "."))
         if c.get("effects"):
-            B.append(("table", ["effect (> 0 = as the paper says)", "value", "interval", "noise estimate", "verdict"],
-                      _effect_rows(c["effects"])))
+            B.append(
+                (
+                    "table",
+                    ["effect (> 0 = as the paper says)", "value", "interval", "noise estimate", "verdict"],
+                    _effect_rows(c["effects"]),
+                )
+            )
         for t in c.get("tables") or []:
             B.append(("h3", t["title"]))
             B.append(("table", t["columns"], t["rows"]))
@@ -150,41 +182,106 @@ def build_blocks(*, preset, claims: list[dict[str, Any]], lr_tables: dict[str, d
             B.append(("p", "Runs: " + ", ".join(c["runs"])))
     B.append(("h2", "Learning rates", "lr"))
     if len(preset.lrs) > 1:
-        B.append(("p", "Every arm was trained at each learning rate below and keeps the one with the lowest tune_loss "
-                       "(validation batches disjoint from those behind the reported val_loss); the anchor task selects "
-                       "on its in-distribution tune set, never on the held-out pairs."))
+        B.append(
+            (
+                "p",
+                "Every arm was trained at each learning rate below and keeps the one with the lowest tune_loss "
+                "(validation batches disjoint from those behind the reported val_loss); the anchor task selects "
+                "on its in-distribution tune set, never on the held-out pairs.",
+            )
+        )
     else:
         if len(preset.anchor_lrs) > 1:
-            anchor = ("; the anchor task's arms each keep the best of " + ", ".join(f"{x:g}" for x in preset.anchor_lrs)
-                      + " on their in-distribution tune set")
+            anchor = (
+                "; the anchor task's arms each keep the best of "
+                + ", ".join(f"{x:g}" for x in preset.anchor_lrs)
+                + " on their in-distribution tune set"
+            )
         elif preset.anchor_lrs and preset.anchor_lrs[0] != preset.lrs[0]:
             anchor = f"; the anchor task's arms all train at {preset.anchor_lrs[0]:g}"
         else:
             anchor = "; the anchor task's arms train at the same rate"
-        B.append(("p", f"This preset uses one learning rate ({preset.lrs[0]:g}) for every language-model arm, not "
-                       f"tuned per arm (the cpu and gpu presets sweep it){anchor}."))
+        B.append(
+            (
+                "p",
+                f"This preset uses one learning rate ({preset.lrs[0]:g}) for every language-model arm, not "
+                f"tuned per arm (the cpu and gpu presets sweep it){anchor}.",
+            )
+        )
     if lr_plot:
         B.append(("img", lr_plot, "learning-rate sweep"))
     lr_rows = []
     for key, t in lr_tables.items():
         for r in t["rows"]:
-            lr_rows.append([t["arm"], f"{r['lr']:g}", _num(r.get("tune_loss")), _num(r.get("val_loss", r.get("heldout_acc"))),
-                            r["state"], "✓" if r.get("chosen") else ""])
+            lr_rows.append(
+                [
+                    t["arm"],
+                    f"{r['lr']:g}",
+                    _num(r.get("tune_loss")),
+                    _num(r.get("val_loss", r.get("heldout_acc"))),
+                    r["state"],
+                    "✓" if r.get("chosen") else "",
+                ]
+            )
     B.append(("table", ["arm", "lr", "tune_loss", "val_loss / held-out acc", "state", "chosen"], lr_rows))
     B.append(("h2", "Regime: these runs beside the paper's", "regime"))
-    B.append(("p", f"The paper trains {PAPER_REGIME['params']} parameters on {PAPER_REGIME['tokens']} tokens "
-                   f"({PAPER_REGIME['tokens_per_param']} tokens per parameter). The runs here are far smaller and "
-                   "far shorter; a claim that is not supported here may still hold at the paper's scale."))
-    B.append(("table", ["run", "d_model", "layers", "params", "non-emb params", "tokens", "tokens/param (all params)",
-                        "wall time"],
-              [[r["run"], r["d_model"], r["n_layers"], _m(r["params"]), _m(r["non_embedding_params"]), _m(r["tokens"]),
-                _num(r["tokens_per_param"], 3), fmt_seconds(r.get("wall_time"))] for r in regime]
-              + [["paper", "—", "—", PAPER_REGIME["params"], "—", PAPER_REGIME["tokens"], PAPER_REGIME["tokens_per_param"],
-                  "—"]]))
+    B.append(
+        (
+            "p",
+            f"The paper trains {PAPER_REGIME['params']} parameters on {PAPER_REGIME['tokens']} tokens "
+            f"({PAPER_REGIME['tokens_per_param']} tokens per parameter). The runs here are far smaller and "
+            "far shorter; a claim that is not supported here may still hold at the paper's scale.",
+        )
+    )
+    B.append(
+        (
+            "table",
+            [
+                "run",
+                "d_model",
+                "layers",
+                "params",
+                "non-emb params",
+                "tokens",
+                "tokens/param (all params)",
+                "wall time",
+            ],
+            [
+                [
+                    r["run"],
+                    r["d_model"],
+                    r["n_layers"],
+                    _m(r["params"]),
+                    _m(r["non_embedding_params"]),
+                    _m(r["tokens"]),
+                    _num(r["tokens_per_param"], 3),
+                    fmt_seconds(r.get("wall_time")),
+                ]
+                for r in regime
+            ]
+            + [
+                [
+                    "paper",
+                    "—",
+                    "—",
+                    PAPER_REGIME["params"],
+                    "—",
+                    PAPER_REGIME["tokens"],
+                    PAPER_REGIME["tokens_per_param"],
+                    "—",
+                ]
+            ],
+        )
+    )
     B.append(("h2", "Time", "time"))
-    B.append(("p", "Wall-clock times of the latest invocation (a resumed reproduction skips finished runs), of all "
-                   "invocations together, and the sum of the reported LM runs' own training times (runs may overlap "
-                   "when several run at a time)."))
+    B.append(
+        (
+            "p",
+            "Wall-clock times of the latest invocation (a resumed reproduction skips finished runs), of all "
+            "invocations together, and the sum of the reported LM runs' own training times (runs may overlap "
+            "when several run at a time).",
+        )
+    )
     B.append(("table", ["stage", "wall time"], [[k, fmt_seconds(v)] for k, v in timings.items()]))
     B.append(("h2", "Plan", "plan"))
     B.append(("pre", plan_text))
@@ -213,14 +310,31 @@ def _m(x: Any) -> str:
     return f"{x / 1e6:.2f}M"
 
 
-def write_report(out: str | Path, *, preset, claims: list[dict[str, Any]], lr_tables: dict[str, dict[str, Any]],
-                 regime: list[dict[str, Any]], corpus: dict[str, Any], timings: dict[str, float], plan_text: str,
-                 lr_plot: str | None = None) -> None:
+def write_report(
+    out: str | Path,
+    *,
+    preset,
+    claims: list[dict[str, Any]],
+    lr_tables: dict[str, dict[str, Any]],
+    regime: list[dict[str, Any]],
+    corpus: dict[str, Any],
+    timings: dict[str, float],
+    plan_text: str,
+    lr_plot: str | None = None,
+) -> None:
     """Write OUT/report.md and OUT/index.html from the same blocks (images: the PNGs the claims reference and
     ``lr_plot``, all already in OUT)."""
     out = Path(out)
-    blocks = build_blocks(preset=preset, claims=claims, lr_tables=lr_tables, regime=regime, corpus=corpus,
-                          timings=timings, plan_text=plan_text, lr_plot=lr_plot)
+    blocks = build_blocks(
+        preset=preset,
+        claims=claims,
+        lr_tables=lr_tables,
+        regime=regime,
+        corpus=corpus,
+        timings=timings,
+        plan_text=plan_text,
+        lr_plot=lr_plot,
+    )
     atomic_write_text(out / "report.md", render_md(blocks))
     atomic_write_text(out / "index.html", render_html(blocks, f"smallinit reproduction — {preset.name}"))
 

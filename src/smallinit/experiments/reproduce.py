@@ -18,32 +18,60 @@ import copy
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from smallinit.core.errors import ConfigError
+from smallinit.core.io import atomic_write_json
 from smallinit.experiments.claims import registry
 from smallinit.experiments.claims.context import ClaimContext, anchor_name, make_result, run_name
 from smallinit.experiments.claims.rules import INCONCLUSIVE, RULE, Verdict, seed_noise_floor
-from smallinit.experiments.cost import (check_gflops, default_jobs, default_threads, fmt_seconds, measure_anchor_gflops,
-                                        measure_gflops)
+from smallinit.experiments.cost import (
+    check_gflops,
+    default_jobs,
+    default_threads,
+    fmt_seconds,
+    measure_anchor_gflops,
+    measure_gflops,
+)
 from smallinit.experiments.lr import plot_lr_sweep, select_anchor_lr, select_lr
-from smallinit.experiments.plan import (Plan, anchor_config, check_corpus, check_corpus_path, corpus_note,
-                                        describe_plan, ensure_corpus, lm_config, make_plan, phase2_jobs,
-                                        phase_wall_seconds, plan_wall_seconds)
+from smallinit.experiments.plan import (
+    Plan,
+    anchor_config,
+    check_corpus,
+    check_corpus_path,
+    corpus_note,
+    describe_plan,
+    ensure_corpus,
+    lm_config,
+    make_plan,
+    phase2_jobs,
+    phase_wall_seconds,
+    plan_wall_seconds,
+)
 from smallinit.experiments.presets import PAPER, Preset, arm, get_preset
 from smallinit.experiments.report import deciding_effect, write_report
 from smallinit.experiments.runner import JobRunner
-from smallinit.errors import ConfigError
-from smallinit.io import atomic_write_json
-from smallinit.rundir import read_config, read_json
+from smallinit.runs.rundir import read_config, read_json
 
 
 class Reproduction:
     """One reproduction: plan, run (two phases), analyse, report. ``run()`` returns the claims list."""
 
-    def __init__(self, preset: Preset, out: str | os.PathLike, corpus: str | os.PathLike | None = None, *,
-                 jobs: int | None = None, gflops: float | None = None, log: Callable[[str], None] | None = None,
-                 retry_failed: bool = False, inprocess: bool | None = None, hours: float | None = None):
+    def __init__(
+        self,
+        preset: Preset,
+        out: str | os.PathLike,
+        corpus: str | os.PathLike | None = None,
+        *,
+        jobs: int | None = None,
+        gflops: float | None = None,
+        log: Callable[[str], None] | None = None,
+        retry_failed: bool = False,
+        inprocess: bool | None = None,
+        hours: float | None = None,
+    ):
         self.p = preset
         self.hours = hours
         self.out = Path(out)
@@ -70,18 +98,23 @@ class Reproduction:
                 meta = read_json(corpus / "meta.json") or {}
                 cfg.model.vocab_size = int(meta.get("vocab_size", cfg.model.vocab_size))
             self.gflops = measure_gflops(cfg, threads=default_threads(self.jobs))
-            self.log(f"[reproduce] measured {self.gflops:.1f} GFLOP/s training the {self.p.main_size} model here in "
-                     f"{getattr(self.gflops, 'dtype', 'fp32')} (for the time estimates)")
+            self.log(
+                f"[reproduce] measured {self.gflops:.1f} GFLOP/s training the {self.p.main_size} model here in "
+                f"{getattr(self.gflops, 'dtype', 'fp32')} (for the time estimates)"
+            )
             xs = self.crossover_spec(corpus) if corpus else None
             if xs is not None:  # the crossover's own shape (a smaller model reaches fewer GFLOP/s)
                 from smallinit.experiments.crossover import plan_jobs
 
                 xcfg = copy.deepcopy(plan_jobs(xs, self.out)[0][0].config)
-                xcfg["model"]["vocab_size"] = int((read_json(corpus / "meta.json") or {}).get(
-                    "vocab_size", xcfg["model"]["vocab_size"]))
+                xcfg["model"]["vocab_size"] = int(
+                    (read_json(corpus / "meta.json") or {}).get("vocab_size", xcfg["model"]["vocab_size"])
+                )
                 self.crossover_gflops = measure_gflops(xcfg, threads=default_threads(self.jobs))
-                self.log(f"[reproduce] measured {self.crossover_gflops:.1f} GFLOP/s training the crossover's model in "
-                         f"{getattr(self.crossover_gflops, 'dtype', 'fp32')}")
+                self.log(
+                    f"[reproduce] measured {self.crossover_gflops:.1f} GFLOP/s training the crossover's model in "
+                    f"{getattr(self.crossover_gflops, 'dtype', 'fp32')}"
+                )
         if self.anchor_gflops is None and 9 in self.p.claims:
             cfg = anchor_config(self.p, 1.0, self.p.anchor_lrs[0], 0)
             self.anchor_gflops = measure_anchor_gflops(cfg, default_threads(self.jobs))
@@ -98,26 +131,43 @@ class Reproduction:
         xs = self.crossover_spec(self.corpus_path) if self.p.crossover else None
         if xs is None:
             return text
-        from smallinit.experiments.crossover_plan import (crossover_folder, crossover_wall_seconds, spec_from_preset,
-                                                          training_seconds)
+        from smallinit.experiments.crossover_plan import (
+            crossover_folder,
+            crossover_wall_seconds,
+            spec_from_preset,
+            training_seconds,
+        )
 
         g, jobs = self.crossover_gflops or self.gflops or 1.0, max(1, self.jobs)
         batches, lines = training_seconds(xs, g)
         machine = sum(map(sum, batches))
-        head = (f"crossover (claim 1; claim 7 scores its largest budget): arms {', '.join(xs.arms)}, "
-                f"{len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens, budgets D × {', '.join(f'{f:g}' for f in xs.fractions)}"
-                + (f", learning rate tuned per arm over {', '.join(f'{x:g}' for x in xs.lrs)} ({xs.tune_fraction:g}·D "
-                   "WSD runs; the grid grows past a winning edge)" if xs.lrs else
-                   f", learning rate {xs.arms[xs.baseline][-1].split('=')[1]} for every arm (not tuned per arm)"))
-        out = [text, "", head, *lines, f"crossover ≈ {fmt_seconds(crossover_wall_seconds(xs, g, jobs))} wall-clock"
-               + (f" (≈ {machine / 3600:,.0f} device-hours)" if self.p.name == "gpu" else "")]
+        head = (
+            f"crossover (claim 1; claim 7 scores its largest budget): arms {', '.join(xs.arms)}, "
+            f"{len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens, budgets D × {', '.join(f'{f:g}' for f in xs.fractions)}"
+            + (
+                f", learning rate tuned per arm over {', '.join(f'{x:g}' for x in xs.lrs)} ({xs.tune_fraction:g}·D "
+                "WSD runs; the grid grows past a winning edge)"
+                if xs.lrs
+                else f", learning rate {xs.arms[xs.baseline][-1].split('=')[1]} for every arm (not tuned per arm)"
+            )
+        )
+        out = [
+            text,
+            "",
+            head,
+            *lines,
+            f"crossover ≈ {fmt_seconds(crossover_wall_seconds(xs, g, jobs))} wall-clock"
+            + (f" (≈ {machine / 3600:,.0f} device-hours)" if self.p.name == "gpu" else ""),
+        ]
         for xp in self.p.extra_crossovers:
             spec = spec_from_preset(self.p, self.corpus_path or Path("data"), xp)
             t = crossover_wall_seconds(spec, g, jobs)
             n = len(spec.arms) * len(spec.seeds)
-            out.append(f"{crossover_folder(xp)} (claim {xp.claim}): {xp.size}, arms {', '.join(spec.arms)}, "
-                       f"{len(spec.seeds)} seed(s), D = {spec.tokens:,} tokens ({n} trunks"
-                       f"{f', rates tuned over {len(spec.lrs)} values' if spec.lrs else ''}) ≈ {fmt_seconds(t)}")
+            out.append(
+                f"{crossover_folder(xp)} (claim {xp.claim}): {xp.size}, arms {', '.join(spec.arms)}, "
+                f"{len(spec.seeds)} seed(s), D = {spec.tokens:,} tokens ({n} trunks"
+                f"{f', rates tuned over {len(spec.lrs)} values' if spec.lrs else ''}) ≈ {fmt_seconds(t)}"
+            )
         if self.extra_lines:
             out += [f"further crossovers in {self.hours_used:g} hours (after claim 1's):", *self.extra_lines]
         return "\n".join(out)
@@ -153,20 +203,26 @@ class Reproduction:
             dropped = sorted({xp.claim for xp in self.p.extra_crossovers} - {xp.claim for xp in extras})
             self.p.extra_crossovers = tuple(extras)
             self.p.claims = tuple(c for c in self.p.claims if c not in dropped)
-            self.log(f"[reproduce] {hours:g} hours: claim 1's crossover ≈ {fmt_seconds(main)} at D = {xs.tokens:,}; "
-                     f"further crossovers for claims {', '.join(str(xp.claim) for xp in extras) or 'none'}"
-                     + (f"; claims {', '.join(map(str, dropped))} do not fit and are not run" if dropped else ""))
+            self.log(
+                f"[reproduce] {hours:g} hours: claim 1's crossover ≈ {fmt_seconds(main)} at D = {xs.tokens:,}; "
+                f"further crossovers for claims {', '.join(str(xp.claim) for xp in extras) or 'none'}"
+                + (f"; claims {', '.join(map(str, dropped))} do not fit and are not run" if dropped else "")
+            )
             return self.plan(self.corpus_path) if dropped else plan
         self.p.claims = tuple(c for c in self.p.claims if c not in {xp.claim for xp in self.p.extra_crossovers})
         self.p.extra_crossovers = ()
         tokens = tokens_for_seconds(xs, left, g, jobs)
         floor = int(xs.tokens / 16)
         if tokens < floor:
-            raise ConfigError(f"--hours {hours:g}: the other claims' runs alone take ≈ {fmt_seconds(others)}; "
-                              f"the crossover needs ≥ {fmt_seconds(hours * 3600 - left)} more — raise --hours")
+            raise ConfigError(
+                f"--hours {hours:g}: the other claims' runs alone take ≈ {fmt_seconds(others)}; "
+                f"the crossover needs ≥ {fmt_seconds(hours * 3600 - left)} more — raise --hours"
+            )
         self.p.crossover.tokens = tokens
-        self.log(f"[reproduce] {hours:g} hours: other runs ≈ {fmt_seconds(others)}; the crossover gets "
-                 f"≈ {fmt_seconds(left)} → D = {tokens:,} tokens per arm × seed")
+        self.log(
+            f"[reproduce] {hours:g} hours: other runs ≈ {fmt_seconds(others)}; the crossover gets "
+            f"≈ {fmt_seconds(left)} → D = {tokens:,} tokens per arm × seed"
+        )
         return plan
 
     # -- the run
@@ -175,7 +231,11 @@ class Reproduction:
         (:class:`~smallinit.experiments.launcher.Launcher`): every run and the analysis are cluster jobs."""
         t0 = time.time()
         if dry_run:
-            corpus = Path(self.corpus_arg) if self.corpus_arg else self.out.parent / "data" / self.p.corpus.get("name", "data")
+            corpus = (
+                Path(self.corpus_arg)
+                if self.corpus_arg
+                else self.out.parent / "data" / self.p.corpus.get("name", "data")
+            )
             prepared = (corpus / "meta.json").is_file()
             if prepared and (note := corpus_note(self.p, corpus)):
                 self.log(note)
@@ -196,9 +256,15 @@ class Reproduction:
         plan = self.plan(corpus)
         plan = self.fit_hours(plan)
         self.log(self.describe_plan(plan))
-        atomic_write_json(self.out / "plan.json", {"preset": self.p.name, "corpus": corpus_info,
-                                                   "phase1": [j.name for j in plan.phase1],
-                                                   "phase2_count": plan.phase2_count})
+        atomic_write_json(
+            self.out / "plan.json",
+            {
+                "preset": self.p.name,
+                "corpus": corpus_info,
+                "phase1": [j.name for j in plan.phase1],
+                "phase2_count": plan.phase2_count,
+            },
+        )
         n_total = len(plan.phase1) + plan.phase2_count
         t1 = time.time()
         xs = self.crossover_spec(corpus)
@@ -211,35 +277,66 @@ class Reproduction:
                 from smallinit.experiments.crossover_plan import crossover_folder, spec_from_preset
 
                 self.log(f"[reproduce] {crossover_folder(xp)} (claim {xp.claim})")
-                run_crossover(spec_from_preset(self.p, corpus, xp), self.out / crossover_folder(xp), workers=self.jobs,
-                              log=self.log, launcher=launcher)
+                run_crossover(
+                    spec_from_preset(self.p, corpus, xp),
+                    self.out / crossover_folder(xp),
+                    workers=self.jobs,
+                    log=self.log,
+                    launcher=launcher,
+                )
             self.timings["crossover"] = time.time() - t1
         self.log(f"[reproduce] phase 1/2: {len(plan.phase1)} runs")
-        JobRunner(plan.phase1, self.jobs, inprocess=self.inprocess, retry_failed=self.retry_failed, log=self.log,
-                  title=f"reproduce {self.p.name}", index_offset=0, total=n_total,
-                  later_seconds=phase_wall_seconds(plan.phase2_estimates, self.jobs), launcher=launcher).run()
+        JobRunner(
+            plan.phase1,
+            self.jobs,
+            inprocess=self.inprocess,
+            retry_failed=self.retry_failed,
+            log=self.log,
+            title=f"reproduce {self.p.name}",
+            index_offset=0,
+            total=n_total,
+            later_seconds=phase_wall_seconds(plan.phase2_estimates, self.jobs),
+            launcher=launcher,
+        ).run()
         chosen, lr_tables = self._choose_lrs(plan)
         phase2 = phase2_jobs(plan, self.out, chosen, corpus, self.jobs)
         if 0 < len(phase2) < self.jobs:  # fewer runs than job slots: they share all the cores
             phase2 = phase2_jobs(plan, self.out, chosen, corpus, len(phase2))
         if phase2:
             self.log(f"[reproduce] phase 2/2: {len(phase2)} runs (extra seeds at the chosen learning rates)")
-            JobRunner(phase2, self.jobs, inprocess=self.inprocess, retry_failed=self.retry_failed, log=self.log,
-                      title=f"reproduce {self.p.name}", index_offset=len(plan.phase1), total=n_total,
-                      launcher=launcher).run()
+            JobRunner(
+                phase2,
+                self.jobs,
+                inprocess=self.inprocess,
+                retry_failed=self.retry_failed,
+                log=self.log,
+                title=f"reproduce {self.p.name}",
+                index_offset=len(plan.phase1),
+                total=n_total,
+                launcher=launcher,
+            ).run()
         self.timings["training"] = time.time() - t1
         if launcher is None:
             results = self.report(plan, chosen, lr_tables, corpus_info, t0)
         else:  # the analysis loads the models (token-level comparisons): a job where the runs ran
-            results = launcher.call(self.report, plan, chosen, lr_tables, corpus_info, t0, name="analysis",
-                                    log=self.log)
+            results = launcher.call(
+                self.report, plan, chosen, lr_tables, corpus_info, t0, name="analysis", log=self.log
+            )
         self.log(claims_table_text(results))
-        self.log(f"[reproduce] report: {self.out / 'report.md'} and {self.out / 'index.html'} "
-                 f"(this invocation {fmt_seconds(time.time() - t0)})")
+        self.log(
+            f"[reproduce] report: {self.out / 'report.md'} and {self.out / 'index.html'} "
+            f"(this invocation {fmt_seconds(time.time() - t0)})"
+        )
         return results
 
-    def report(self, plan: Plan, chosen: dict[str, float | None], lr_tables: dict[str, dict[str, Any]],
-               corpus_info: dict[str, Any], t0: float) -> list[dict[str, Any]]:
+    def report(
+        self,
+        plan: Plan,
+        chosen: dict[str, float | None],
+        lr_tables: dict[str, dict[str, Any]],
+        corpus_info: dict[str, Any],
+        t0: float,
+    ) -> list[dict[str, Any]]:
         """After every run: analyse each claim and write report.md, index.html, claims.json and timings.json."""
         t2 = time.time()
         self.log("[reproduce] analysing ...")
@@ -253,8 +350,17 @@ class Reproduction:
         regime = regime_rows(self.out, plan, chosen)
         self.timings["sum of run wall times"] = sum(r.get("wall_time") or 0.0 for r in regime)
         lr_plot = plot_lr_sweep(self.out, "lr_sweep.png", lr_tables) if len(self.p.lrs) > 1 else None
-        write_report(self.out, preset=self.p, claims=results, lr_tables=lr_tables, regime=regime,
-                     corpus=corpus_info, timings=self.timings, plan_text=self.describe_plan(plan), lr_plot=lr_plot)
+        write_report(
+            self.out,
+            preset=self.p,
+            claims=results,
+            lr_tables=lr_tables,
+            regime=regime,
+            corpus=corpus_info,
+            timings=self.timings,
+            plan_text=self.describe_plan(plan),
+            lr_plot=lr_plot,
+        )
         return results
 
     def _choose_lrs(self, plan: Plan):
@@ -266,8 +372,9 @@ class Reproduction:
             chosen[a.key] = lr
             tables[a.key] = {"arm": a.describe(), "rows": rows, "chosen": lr}
         for a in plan.anchor_arms:
-            lr, rows = select_anchor_lr({lr: self.out / "anchor" / anchor_name(a.gamma, lr, 0)
-                                         for lr in self.p.anchor_lrs})
+            lr, rows = select_anchor_lr(
+                {lr: self.out / "anchor" / anchor_name(a.gamma, lr, 0) for lr in self.p.anchor_lrs}
+            )
             chosen[a.key] = lr
             tables[a.key] = {"arm": a.describe(), "rows": rows, "chosen": lr}
         return chosen, tables
@@ -284,24 +391,45 @@ def analyse(rep: Reproduction, plan: Plan, chosen: dict[str, float | None]) -> l
         if cid not in plan.arms:
             out.append(make_result(cid, mod.CLAIM, "", None, ran=False))
             continue
-        ctx = ClaimContext(cid, mod.CLAIM, rep.out, rep.p, plan.arms[cid], chosen, plan.seeds, plan.costs, rep.log,
-                           noise_floor=floor, crossover_noise_floor=xfloor)
+        ctx = ClaimContext(
+            cid,
+            mod.CLAIM,
+            rep.out,
+            rep.p,
+            plan.arms[cid],
+            chosen,
+            plan.seeds,
+            plan.costs,
+            rep.log,
+            noise_floor=floor,
+            crossover_noise_floor=xfloor,
+        )
         try:
             out.append(mod.analyse(ctx))
         except Exception as e:  # noqa: BLE001 - one broken analysis must not lose the whole report
             rep.log(f"[reproduce] claim {cid}: analysis failed: {type(e).__name__}: {e}")
-            out.append(make_result(cid, mod.CLAIM, "analysis failed",
-                                   Verdict(INCONCLUSIVE, notes=[f"{type(e).__name__}: {e}"])))
-    atomic_write_json(rep.out / "claims.json", {"preset": rep.p.name, "rule": RULE, "claims": out,
-                                                "noise_floor": {"nats": floor, "from": floor_arms},
-                                                "crossover_noise_floor": xfloor})
+            out.append(
+                make_result(
+                    cid, mod.CLAIM, "analysis failed", Verdict(INCONCLUSIVE, notes=[f"{type(e).__name__}: {e}"])
+                )
+            )
+    atomic_write_json(
+        rep.out / "claims.json",
+        {
+            "preset": rep.p.name,
+            "rule": RULE,
+            "claims": out,
+            "noise_floor": {"nats": floor, "from": floor_arms},
+            "crossover_noise_floor": xfloor,
+        },
+    )
     return out
 
 
 def noise_floor(out: Path, plan: Plan, chosen: dict[str, float | None]) -> tuple[float | None, list[str]]:
     """The preset's seed-noise floor (:func:`~smallinit.experiments.claims.rules.seed_noise_floor`) from the final
     validation losses of every LM arm that finished ≥ 2 seeds at its chosen learning rate, and those arms' keys."""
-    from smallinit.rundir import collect_run, run_state
+    from smallinit.runs.rundir import collect_run, run_state
 
     groups, keys = [], []
     for a in plan.lm_arms:
@@ -334,10 +462,18 @@ def regime_rows(out: Path, plan: Plan, chosen: dict[str, float | None]) -> list[
             except Exception:  # noqa: BLE001 - a run without a readable config is left out of the table
                 continue
             params = cfg.get("params") or 0
-            rows.append({"run": rd.name, "d_model": rc["model"]["d_model"], "n_layers": rc["model"]["n_layers"],
-                         "params": params, "non_embedding_params": cfg.get("non_embedding_params"),
-                         "tokens": cfg.get("tokens"), "tokens_per_param": (cfg.get("tokens") or 0) / params if params else None,
-                         "wall_time": cfg.get("wall_time")})
+            rows.append(
+                {
+                    "run": rd.name,
+                    "d_model": rc["model"]["d_model"],
+                    "n_layers": rc["model"]["n_layers"],
+                    "params": params,
+                    "non_embedding_params": cfg.get("non_embedding_params"),
+                    "tokens": cfg.get("tokens"),
+                    "tokens_per_param": (cfg.get("tokens") or 0) / params if params else None,
+                    "wall_time": cfg.get("wall_time"),
+                }
+            )
     return rows
 
 
@@ -355,14 +491,24 @@ def claims_table_text(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def reproduce(preset: str | Preset, out: str | os.PathLike, corpus: str | os.PathLike | None = None, *,
-              seeds: int | None = None, jobs: int | None = None, dry_run: bool = False, gflops: float | None = None,
-              log: Callable[[str], None] | None = None, retry_failed: bool = False, hours: float | None = None,
-              launcher: Any = None):
+def reproduce(
+    preset: str | Preset,
+    out: str | os.PathLike,
+    corpus: str | os.PathLike | None = None,
+    *,
+    seeds: int | None = None,
+    jobs: int | None = None,
+    dry_run: bool = False,
+    gflops: float | None = None,
+    log: Callable[[str], None] | None = None,
+    retry_failed: bool = False,
+    hours: float | None = None,
+    launcher: Any = None,
+):
     """Run (or resume, or with ``dry_run`` only print) a reproduction of a named preset (or a :class:`Preset`);
     returns the claims list (None for a dry run). ``hours``: size the crossover's budget to fit that many hours;
     ``launcher``: run it on a cluster (:class:`~smallinit.experiments.launcher.Launcher`)."""
-    from smallinit.outputs import check_out_dir
+    from smallinit.core.outputs import check_out_dir
     from smallinit.train.loop import RunLock
 
     for name, v in (("--seeds", seeds), ("--jobs", jobs)):

@@ -11,14 +11,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from smallinit.errors import ConfigError, RunDirError
+from smallinit.core.errors import ConfigError, RunDirError
+from smallinit.core.io import atomic_write_json
 from smallinit.experiments.cost import fmt_seconds, wall_seconds
 from smallinit.experiments.job import Job, run_job, write_job_file
-from smallinit.io import atomic_write_json
-from smallinit.rundir import config_mismatch, last_step, read_config, read_json, run_state
+from smallinit.runs.rundir import config_mismatch, last_step, read_config, read_json, run_state
 
 
 @dataclass
@@ -68,10 +69,22 @@ class JobRunner:
     at once instead, and reported as each ends; what is skipped, resumed, retried or failed stays as here.
     """
 
-    def __init__(self, jobs: list[Job], parallel: int = 1, *, inprocess: bool = False, retry_failed: bool = False,
-                 log: Callable[[str], None] | None = None, status_every: float = 60.0, title: str = "sweep",
-                 on_finish: Callable[[Job, JobResult], None] | None = None, index_offset: int = 0,
-                 total: int | None = None, later_seconds: float = 0.0, launcher: Any = None):
+    def __init__(
+        self,
+        jobs: list[Job],
+        parallel: int = 1,
+        *,
+        inprocess: bool = False,
+        retry_failed: bool = False,
+        log: Callable[[str], None] | None = None,
+        status_every: float = 60.0,
+        title: str = "sweep",
+        on_finish: Callable[[Job, JobResult], None] | None = None,
+        index_offset: int = 0,
+        total: int | None = None,
+        later_seconds: float = 0.0,
+        launcher: Any = None,
+    ):
         if parallel < 1:
             raise ConfigError(f"--jobs must be >= 1, got {parallel}")
         names = [j.name for j in jobs]
@@ -126,8 +139,10 @@ class JobRunner:
         diff = config_mismatch(existing, job.expected_config)
         if diff:
             k, (a, b) = next(iter(diff.items()))
-            raise RunDirError(f"{job.run_dir} holds a run with another config ({k}: {a!r} there, {b!r} wanted"
-                              f"{f'; {len(diff) - 1} more' if len(diff) > 1 else ''}); delete it or choose another --out")
+            raise RunDirError(
+                f"{job.run_dir} holds a run with another config ({k}: {a!r} there, {b!r} wanted"
+                f"{f'; {len(diff) - 1} more' if len(diff) > 1 else ''}); delete it or choose another --out"
+            )
 
     # -- execution
     def _launch(self, job: Job, resume: bool):
@@ -139,8 +154,14 @@ class JobRunner:
         logf.write(f"\n$ {' '.join(argv[1:])}\n".encode())
         logf.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                preexec_fn=signal_when_parent_dies if sys.platform.startswith("linux") else None)
+        proc = subprocess.Popen(
+            argv,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            preexec_fn=signal_when_parent_dies if sys.platform.startswith("linux") else None,
+        )
         logf.close()
         return proc
 
@@ -148,7 +169,7 @@ class JobRunner:
         """:func:`run_job` here, its output into the job's log; the exit status a subprocess would have given."""
         from contextlib import redirect_stderr, redirect_stdout
 
-        from smallinit.errors import SmallinitError
+        from smallinit.core.errors import SmallinitError
 
         buf = io.StringIO()
         with redirect_stdout(buf), redirect_stderr(buf):
@@ -184,10 +205,17 @@ class JobRunner:
                 tail = "\n".join(job.log_path.read_text(errors="replace").splitlines()[-15:])
             except OSError:
                 pass
-            err = next((l[len("error: "):] for l in reversed(tail.splitlines()) if l.startswith("error: ")), None)
-            atomic_write_json(job.run_dir / "failed.json", {"rc": rc, "error": err or f"exit status {rc}",
-                                                            "log": str(job.log_path), "log_tail": tail,
-                                                            "time": time.time()})
+            err = next((l[len("error: ") :] for l in reversed(tail.splitlines()) if l.startswith("error: ")), None)
+            atomic_write_json(
+                job.run_dir / "failed.json",
+                {
+                    "rc": rc,
+                    "error": err or f"exit status {rc}",
+                    "log": str(job.log_path),
+                    "log_tail": tail,
+                    "time": time.time(),
+                },
+            )
             res = JobResult(job.name, "failed", secs, resumed, rc=rc)
         self.results[job.name] = res
         if self.on_finish:
@@ -213,14 +241,18 @@ class JobRunner:
         skipped = len(self.jobs) - len(pending)
         if skipped:
             nf = sum(1 for r in self.results.values() if r.state == "failed")
-            self.log(f"[{self.title}] {skipped}/{len(self.jobs)} already finished ({nf} failed earlier; "
-                     f"{'retrying' if self.retry_failed else 'not retried'}) — skipped")
+            self.log(
+                f"[{self.title}] {skipped}/{len(self.jobs)} already finished ({nf} failed earlier; "
+                f"{'retrying' if self.retry_failed else 'not retried'}) — skipped"
+            )
         if pending and self.launcher is not None:
             self.log(f"[{self.title}] {len(pending)} to run as cluster jobs")
             return self._run_launched(pending, index, n)
         if pending:
-            self.log(f"[{self.title}] {len(pending)} to run, {self.parallel} at a time; "
-                     f"planned ≈ {fmt_seconds(self.eta(pending, {}))}")
+            self.log(
+                f"[{self.title}] {len(pending)} to run, {self.parallel} at a time; "
+                f"planned ≈ {fmt_seconds(self.eta(pending, {}))}"
+            )
         running: dict[str, tuple[Job, Any, float, bool]] = {}
         last_status = time.time()
         try:
@@ -229,9 +261,11 @@ class JobRunner:
                     job = pending.pop(0)
                     resume = run_state(job.run_dir) == "partial" and job.resumable
                     where = f" (resuming from step {last_step(job.run_dir)})" if resume else ""
-                    self.log(f"[{self.title}] {index[job.name]}/{n} start {job.label or job.name}{where} · planned "
-                             f"{fmt_seconds(job.est_seconds * self._factor())} · ETA "
-                             f"{fmt_seconds(self.eta(pending + [job], {k: v[:3] for k, v in running.items()}))}")
+                    self.log(
+                        f"[{self.title}] {index[job.name]}/{n} start {job.label or job.name}{where} · planned "
+                        f"{fmt_seconds(job.est_seconds * self._factor())} · ETA "
+                        f"{fmt_seconds(self.eta(pending + [job], {k: v[:3] for k, v in running.items()}))}"
+                    )
                     t0 = time.time()
                     if self.inprocess:
                         self._launch(job, resume)
@@ -249,11 +283,15 @@ class JobRunner:
                     time.sleep(0.5)
                     if time.time() - last_status >= self.status_every:
                         last_status = time.time()
-                        parts = [f"{j.label or j.name} step {last_step(j.run_dir)}/{j.total_steps}"
-                                 for j, _, _, _ in running.values()]
+                        parts = [
+                            f"{j.label or j.name} step {last_step(j.run_dir)}/{j.total_steps}"
+                            for j, _, _, _ in running.values()
+                        ]
                         done = sum(1 for r in self.results.values() if r.state == "done")
-                        self.log(f"[{self.title}] running: {'; '.join(parts)} · {done}/{n} done · ETA "
-                                 f"{fmt_seconds(self.eta(pending, {k: v[:3] for k, v in running.items()}))}")
+                        self.log(
+                            f"[{self.title}] running: {'; '.join(parts)} · {done}/{n} done · ETA "
+                            f"{fmt_seconds(self.eta(pending, {k: v[:3] for k, v in running.items()}))}"
+                        )
         except BaseException:
             for job, proc, _, _ in running.values():
                 if proc is not None and proc.poll() is None:
@@ -292,9 +330,11 @@ class JobRunner:
         elif res.state == "failed":
             f = read_json(job.run_dir / "failed.json") or {}
             extra = f" · {f.get('error')}"
-        self.log(f"[{self.title}] {index[res.name]}/{n} {res.state} {job.label or job.name} in "
-                 f"{fmt_seconds(res.seconds)}{extra} · ETA "
-                 f"{fmt_seconds(self.eta(pending, {k: v[:3] for k, v in running.items()}))}")
+        self.log(
+            f"[{self.title}] {index[res.name]}/{n} {res.state} {job.label or job.name} in "
+            f"{fmt_seconds(res.seconds)}{extra} · ETA "
+            f"{fmt_seconds(self.eta(pending, {k: v[:3] for k, v in running.items()}))}"
+        )
 
 
 __all__ = ["JobResult", "JobRunner"]

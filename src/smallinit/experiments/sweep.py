@@ -40,19 +40,20 @@ import io
 import itertools
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
-from smallinit.errors import ConfigError
+from smallinit.config import RunConfig
+from smallinit.core.errors import ConfigError
+from smallinit.core.io import atomic_write_json, atomic_write_text
 from smallinit.experiments.cost import check_gflops, default_threads, fmt_seconds, measure_gflops, model_cost
 from smallinit.experiments.job import Job
 from smallinit.experiments.runner import JobResult, JobRunner
-from smallinit.io import atomic_write_json, atomic_write_text
-from smallinit.rundir import collect_run, config_mismatch, read_json, read_jsonl, run_state, summarize_probe_record
-from smallinit.train.config import RunConfig
+from smallinit.runs.rundir import collect_run, config_mismatch, read_json, read_jsonl, run_state, summarize_probe_record
 
 SWEEP_KEYS = ("base", "overrides", "grid", "runs")
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._=,+\-]")
@@ -64,6 +65,7 @@ RESERVED_NAMES = ("summary.csv", "summary.md", "jobs", "failed", "sweep.json", "
 
 
 # ---- the sweep file ----------------------------------------------------------------------------
+
 
 @dataclass
 class RunSpec:
@@ -95,14 +97,14 @@ class SweepSpec:
 
 def set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
     """d[a][b][c] = value for key "a.b.c" (creating sections); the value is parsed like a CLI override."""
-    from smallinit.train.config import parse_value, set_dotted
+    from smallinit.config import parse_value, set_dotted
 
     set_dotted(d, key, parse_value(value) if isinstance(value, str) else value, what="sweep key")
 
 
 def _override_map(value: Any, where: str) -> dict[str, Any]:
     """A mapping {dotted key: value} from a mapping or a list of "key=value" strings."""
-    from smallinit.train.config import parse_value
+    from smallinit.config import parse_value
 
     if value is None:
         return {}
@@ -126,7 +128,7 @@ def _override_map(value: Any, where: str) -> dict[str, Any]:
 
 def _read_base(base: Any, here: Path | None) -> dict[str, Any]:
     """The ``base:`` entry → a nested config dict (not yet validated)."""
-    from smallinit.train.config import _merge, read_config_file
+    from smallinit.config import _merge, read_config_file
 
     def read(name: str) -> dict[str, Any]:
         if here is not None and name.endswith((".yaml", ".yml")) and not Path(name).is_absolute():
@@ -205,7 +207,7 @@ def run_name(overrides: dict[str, Any], all_keys: list[str]) -> str:
 
 def resolve_config(base: dict[str, Any], overrides: dict[str, Any]) -> RunConfig:
     """The validated, fully resolved (typed) config of ``base`` plus dotted ``overrides``."""
-    from smallinit.train.config import load_config
+    from smallinit.config import load_config
 
     d = copy.deepcopy(base)
     for k, v in overrides.items():
@@ -227,8 +229,10 @@ def parse_sweep(d: Any, where: str = "sweep", here: Path | None = None) -> Sweep
         set_dotted(base, k, v)
     explicit: list[str | None] = []
     if "grid" in d:
-        combos = [{k: (v if not isinstance(v, str) else _override_map({k: v}, where)[k]) for k, v in c.items()}
-                  for c in expand_grid(d["grid"])]
+        combos = [
+            {k: (v if not isinstance(v, str) else _override_map({k: v}, where)[k]) for k, v in c.items()}
+            for c in expand_grid(d["grid"])
+        ]
         explicit = [None] * len(combos)
     else:
         if not isinstance(d["runs"], list) or not d["runs"]:
@@ -246,8 +250,10 @@ def parse_sweep(d: Any, where: str = "sweep", here: Path | None = None) -> Sweep
     for c, name in zip(combos, explicit):
         n = sanitize_name(name) if name else run_name(c, all_keys)
         if n.lower() in RESERVED_NAMES:
-            raise ConfigError(f"{where}: run name {n!r} is taken by the sweep's own files in OUT "
-                              f"({', '.join(RESERVED_NAMES)}); give the run another name")
+            raise ConfigError(
+                f"{where}: run name {n!r} is taken by the sweep's own files in OUT "
+                f"({', '.join(RESERVED_NAMES)}); give the run another name"
+            )
         if n in seen:
             raise ConfigError(f"{where}: two runs are both named {n!r}; give them distinct settings or names")
         seen[n] = True
@@ -275,8 +281,10 @@ def load_sweep(path: str | os.PathLike) -> SweepSpec:
 
 # ---- sweeps ----------------------------------------------------------------------------------------
 
-def train_job(name: str, config: RunConfig, out_dir: Path, *, parallel: int = 1, gflops: float | None = None,
-              label: str = "") -> Job:
+
+def train_job(
+    name: str, config: RunConfig, out_dir: Path, *, parallel: int = 1, gflops: float | None = None, label: str = ""
+) -> Job:
     """A :class:`Job` that trains ``config`` (typed) into ``out_dir/name``: no progress bar, and cores/parallel
     torch threads when several jobs share the machine (unless train.threads is set)."""
     cfg = copy.deepcopy(config)
@@ -284,18 +292,27 @@ def train_job(name: str, config: RunConfig, out_dir: Path, *, parallel: int = 1,
     if parallel > 1 and not cfg.train.threads:
         cfg.train.threads = default_threads(parallel)
     est = model_cost(cfg)["flops"] / (gflops * 1e9) if gflops else 0.0
-    return Job(name, Path(out_dir) / name, "train", cfg, est_seconds=est, total_steps=int(cfg.train.max_steps),
-               label=label)
+    return Job(
+        name, Path(out_dir) / name, "train", cfg, est_seconds=est, total_steps=int(cfg.train.max_steps), label=label
+    )
 
 
-def run_sweep(spec: SweepSpec, out_dir: str | os.PathLike, jobs: int = 1, *, retry_failed: bool = False,
-              gflops: float | None = None, log: Callable[[str], None] | None = None,
-              inprocess: bool = False, launcher: Any = None) -> dict[str, JobResult]:
+def run_sweep(
+    spec: SweepSpec,
+    out_dir: str | os.PathLike,
+    jobs: int = 1,
+    *,
+    retry_failed: bool = False,
+    gflops: float | None = None,
+    log: Callable[[str], None] | None = None,
+    inprocess: bool = False,
+    launcher: Any = None,
+) -> dict[str, JobResult]:
     """Run (or resume) every run of ``spec`` under ``out_dir``; write ``summary.csv`` and ``summary.md``
     (also after each finished run, so the table is current if the sweep is stopped). ``launcher``: the runs are
     cluster jobs (:class:`smallinit.experiments.launcher.Launcher`; no throughput is measured here for them)."""
-    from smallinit.errors import ConfigError, DataError
-    from smallinit.outputs import check_out_dir
+    from smallinit.core.errors import ConfigError, DataError
+    from smallinit.core.outputs import check_out_dir
     from smallinit.train.loop import RunLock
 
     out = Path(out_dir)
@@ -305,35 +322,55 @@ def run_sweep(spec: SweepSpec, out_dir: str | os.PathLike, jobs: int = 1, *, ret
     check_gflops(gflops)
     for r in spec.runs:  # the data of every run still to train, before the folder and the first run
         if run_state(out / r.name) != "done" and not (Path(r.config.data.path) / "meta.json").is_file():
-            raise DataError(f"run {r.name}: data.path {r.config.data.path} is not a prepared data directory "
-                            "(no meta.json); run smallinit prepare")
+            raise DataError(
+                f"run {r.name}: data.path {r.config.data.path} is not a prepared data directory "
+                "(no meta.json); run smallinit prepare"
+            )
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):  # a second sweep on the same folder is refused with the holder's pid
         return _run_sweep_locked(spec, out, jobs, retry_failed, gflops, log, inprocess, launcher)
 
 
-def _run_sweep_locked(spec: SweepSpec, out: Path, jobs: int, retry_failed: bool, gflops: float | None,
-                      log: Callable[[str], None] | None, inprocess: bool, launcher: Any = None
-                      ) -> dict[str, JobResult]:
+def _run_sweep_locked(
+    spec: SweepSpec,
+    out: Path,
+    jobs: int,
+    retry_failed: bool,
+    gflops: float | None,
+    log: Callable[[str], None] | None,
+    inprocess: bool,
+    launcher: Any = None,
+) -> dict[str, JobResult]:
     log = log or (lambda s: print(s, flush=True))
     before = read_json(out / "sweep.json") or {}
     gone = sorted({r.get("name") for r in before.get("runs", []) if isinstance(r, dict)} - {r.name for r in spec.runs})
     if gone:  # another sweep's folder: its runs would drop out of the summary (a grid may grow, not change)
-        raise ConfigError(f"{out} holds another sweep (from {before.get('source')}; its runs {', '.join(gone[:3])}"
-                          f"{' …' if len(gone) > 3 else ''} are not in {spec.source}); choose another --out")
+        raise ConfigError(
+            f"{out} holds another sweep (from {before.get('source')}; its runs {', '.join(gone[:3])}"
+            f"{' …' if len(gone) > 3 else ''} are not in {spec.source}); choose another --out"
+        )
     if gflops is None and launcher is None:
         gflops = measure_gflops(spec.runs[0].config, threads=default_threads(jobs))
-        log(f"[sweep] measured {gflops:.1f} GFLOP/s on this machine in {getattr(gflops, 'dtype', 'fp32')} (for the "
-            "time estimates)")
-    atomic_write_json(out / "sweep.json", {"source": spec.source, "base": spec.base,
-                                           "runs": [{"name": r.name, "overrides": r.overrides} for r in spec.runs]})
+        log(
+            f"[sweep] measured {gflops:.1f} GFLOP/s on this machine in {getattr(gflops, 'dtype', 'fp32')} (for the "
+            "time estimates)"
+        )
+    atomic_write_json(
+        out / "sweep.json",
+        {
+            "source": spec.source,
+            "base": spec.base,
+            "runs": [{"name": r.name, "overrides": r.overrides} for r in spec.runs],
+        },
+    )
     job_list = [train_job(r.name, r.config, out, parallel=jobs, gflops=gflops) for r in spec.runs]
 
     def refresh(job: Job, res: JobResult) -> None:
         write_summary(spec, out)
 
-    runner = JobRunner(job_list, jobs, inprocess=inprocess, retry_failed=retry_failed, log=log, on_finish=refresh,
-                       launcher=launcher)
+    runner = JobRunner(
+        job_list, jobs, inprocess=inprocess, retry_failed=retry_failed, log=log, on_finish=refresh, launcher=launcher
+    )
     results = runner.run()
     write_summary(spec, out)
     done = sum(1 for r in results.values() if r.state == "done")
@@ -341,9 +378,21 @@ def _run_sweep_locked(spec: SweepSpec, out: Path, jobs: int, retry_failed: bool,
     return results
 
 
-SUMMARY_COLUMNS = ["state", "final_val_loss", "final_tune_loss", "tokens", "non_embedding_params", "wall_time",
-                   "tokens_per_s", "probe_sink", "probe_sink_max", "probe_saturation_min", "probe_srank_mean",
-                   "probe_cond_mean", "probe_max_act"]
+SUMMARY_COLUMNS = [
+    "state",
+    "final_val_loss",
+    "final_tune_loss",
+    "tokens",
+    "non_embedding_params",
+    "wall_time",
+    "tokens_per_s",
+    "probe_sink",
+    "probe_sink_max",
+    "probe_saturation_min",
+    "probe_srank_mean",
+    "probe_cond_mean",
+    "probe_max_act",
+]
 
 
 def summary_rows(spec: SweepSpec, out_dir: Path) -> list[dict[str, Any]]:
@@ -370,23 +419,54 @@ def write_summary(spec: SweepSpec, out_dir: str | os.PathLike) -> list[dict[str,
     """Write ``summary.csv`` and ``summary.md`` (one row per run; probe columns only when some run has them)."""
     out = Path(out_dir)
     rows = summary_rows(spec, out)
-    cols = ["run", *spec.keys] + [c for c in SUMMARY_COLUMNS if any(r.get(c) is not None for r in rows)
-                                  or c in ("state", "final_val_loss", "tokens", "wall_time")]
+    cols = ["run", *spec.keys] + [
+        c
+        for c in SUMMARY_COLUMNS
+        if any(r.get(c) is not None for r in rows) or c in ("state", "final_val_loss", "tokens", "wall_time")
+    ]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
     atomic_write_text(out / "summary.csv", buf.getvalue())
-    md = [f"# Sweep summary ({len(rows)} runs)", "", "| " + " | ".join(cols) + " |",
-          "|" + "|".join("---" for _ in cols) + "|"]
+    md = [
+        f"# Sweep summary ({len(rows)} runs)",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "|".join("---" for _ in cols) + "|",
+    ]
     md += ["| " + " | ".join(_cell(r.get(c)) for c in cols) + " |" for r in rows]
     atomic_write_text(out / "summary.md", "\n".join(md) + "\n")
     return rows
 
 
-__all__ = ["RunSpec", "SweepSpec", "expand_grid", "load_sweep", "parse_sweep", "resolve_config", "run_name",
-           "run_sweep", "sanitize_name", "summary_rows", "train_job", "write_summary"]
-# re-exported for callers of the old layout (these live in cost.py, job.py, runner.py and smallinit.rundir)
-__all__ += ["Job", "JobResult", "JobRunner", "collect_run", "config_mismatch", "default_threads", "fmt_seconds",
-            "measure_gflops", "model_cost", "read_jsonl", "run_state", "summarize_probe_record"]
+__all__ = [
+    "RunSpec",
+    "SweepSpec",
+    "expand_grid",
+    "load_sweep",
+    "parse_sweep",
+    "resolve_config",
+    "run_name",
+    "run_sweep",
+    "sanitize_name",
+    "summary_rows",
+    "train_job",
+    "write_summary",
+]
+# re-exported for callers of the old layout (these live in cost.py, job.py, runner.py and smallinit.runs.rundir)
+__all__ += [
+    "Job",
+    "JobResult",
+    "JobRunner",
+    "collect_run",
+    "config_mismatch",
+    "default_threads",
+    "fmt_seconds",
+    "measure_gflops",
+    "model_cost",
+    "read_jsonl",
+    "run_state",
+    "summarize_probe_record",
+]

@@ -6,5 +6,16 @@ from smallinit.model.mlp import SwiGLU
 from smallinit.model.norm import LayerNorm, RMSNorm
 from smallinit.model.transformer import Block, Transformer
 
-__all__ = ["Attention", "Block", "LayerNorm", "ModelConfig", "MoEConfig", "PRESETS", "RMSNorm", "RotaryEmbedding",
-           "SwiGLU", "Transformer", "apply_rope"]
+__all__ = [
+    "Attention",
+    "Block",
+    "LayerNorm",
+    "ModelConfig",
+    "MoEConfig",
+    "PRESETS",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "SwiGLU",
+    "Transformer",
+    "apply_rope",
+]

@@ -29,8 +29,9 @@ class RotaryEmbedding(nn.Module):
         CPU and stored as float32. A no-op on the meta device (call again after ``to_empty``)."""
         if self.cos.device.type == "meta":
             return
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64, device="cpu")
-                                         / self.head_dim))
+        inv_freq = 1.0 / (
+            self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64, device="cpu") / self.head_dim)
+        )
         t = torch.arange(self.max_seq_len, dtype=torch.float64, device="cpu")
         freqs = torch.outer(t, inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)

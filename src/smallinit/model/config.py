@@ -98,6 +98,7 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field of any impossible setting."""
+
         def bad(name: str, why: str) -> None:
             raise ValueError(f"ModelConfig.{name}: {why}")
 
@@ -195,7 +196,7 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -210,7 +211,7 @@ class ModelConfig:
         return cls(**d)
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "ModelConfig":
+    def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named preset (see :data:`PRESETS`) with field overrides, e.g. ``from_preset("small", gamma=0.5)``."""
         if name not in PRESETS:
             raise ValueError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
@@ -231,15 +232,40 @@ PRESETS: dict[str, dict[str, Any]] = {
     "small": dict(vocab_size=8192, d_model=384, n_layers=6, n_heads=6, d_ff=1024, max_seq_len=256, tie_embeddings=True),
     # small-moe: 8 SwiGLU experts of width 512, top-2, in every block: the active FFN width 2·512 equals
     # small's d_ff = 1024, so active parameters = small's + the routers (6·384·8); 35.9M total, 14.67M active.
-    "small-moe": dict(vocab_size=8192, d_model=384, n_layers=6, n_heads=6, d_ff=1024, max_seq_len=256, tie_embeddings=True,
-                      moe=dict(n_experts=8, top_k=2, n_shared_experts=0, d_expert=512, every=1)),
+    "small-moe": dict(
+        vocab_size=8192,
+        d_model=384,
+        n_layers=6,
+        n_heads=6,
+        d_ff=1024,
+        max_seq_len=256,
+        tie_embeddings=True,
+        moe=dict(n_experts=8, top_k=2, n_shared_experts=0, d_expert=512, every=1),
+    ),
     # Paper-sized (for GPU users; total parameter counts within 10% of the names, gate included)
-    "0.1b": dict(vocab_size=32768, d_model=768, n_layers=12, n_heads=12, n_kv_heads=4, d_ff=2048, max_seq_len=2048, tie_embeddings=True),
+    "0.1b": dict(
+        vocab_size=32768,
+        d_model=768,
+        n_layers=12,
+        n_heads=12,
+        n_kv_heads=4,
+        d_ff=2048,
+        max_seq_len=2048,
+        tie_embeddings=True,
+    ),
     "0.3b": dict(vocab_size=32768, d_model=1024, n_layers=18, n_heads=16, n_kv_heads=8, d_ff=2816, max_seq_len=2048),
     "0.7b": dict(vocab_size=32768, d_model=1536, n_layers=22, n_heads=16, n_kv_heads=8, d_ff=4096, max_seq_len=2048),
     "1.5b": dict(vocab_size=32768, d_model=2048, n_layers=26, n_heads=16, n_kv_heads=8, d_ff=5632, max_seq_len=2048),
     # 0.5b-moe: 16 routed experts + 1 shared of width 448, top-2, every block: 0.51B total, 0.20B active
     # (0.13B active non-embedding). d_ff applies to dense blocks only (none here with every=1).
-    "0.5b-moe": dict(vocab_size=32768, d_model=1024, n_layers=16, n_heads=16, n_kv_heads=8, d_ff=2816, max_seq_len=2048,
-                     moe=dict(n_experts=16, top_k=2, n_shared_experts=1, d_expert=448, every=1)),
+    "0.5b-moe": dict(
+        vocab_size=32768,
+        d_model=1024,
+        n_layers=16,
+        n_heads=16,
+        n_kv_heads=8,
+        d_ff=2816,
+        max_seq_len=2048,
+        moe=dict(n_experts=16, top_k=2, n_shared_experts=1, d_expert=448, every=1),
+    ),
 }

@@ -22,8 +22,9 @@ def plain_ops_only() -> bool:
 
 
 # ---- RoPE ---------------------------------------------------------------------------------------------------------
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float,
-           out: torch.Tensor | None = None) -> torch.Tensor:
+def rotate(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """[x₁·c − sign·x₂·s, x₂·c + sign·x₁·s] over the two halves x₁, x₂ of the last dim, written into ``out`` (a new
     contiguous tensor when None; no rotate-half copy, no ``cat``). ``cos``/``sin`` are half-width tables
     broadcastable against x₁. sign = +1 rotates by +θ, −1 by −θ (the inverse, = the transpose: the gradient)."""
@@ -61,15 +62,16 @@ class Rope(torch.autograd.Function):
 
 
 # ---- attention's fused projection -----------------------------------------------------------------------------------
-def _split(p: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int, rotate_qk
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _split(
+    p: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int, rotate_qk
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q, k, v, g) of the fused projection ``p`` (B, T, D), ``rotate_qk`` applied to its q|k heads (B, T, H + H_kv,
     hd); v and g are views of ``p`` (the layout of :class:`SplitRope`)."""
     B, T, _ = p.shape
     q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
-    qk = rotate_qk(p[..., :q_dim + kv_dim].view(B, T, n_heads + n_kv_heads, head_dim))
-    v = p[..., q_dim + kv_dim:q_dim + 2 * kv_dim].view(B, T, n_kv_heads, head_dim)
-    return qk[:, :, :n_heads], qk[:, :, n_heads:], v, p[..., q_dim + 2 * kv_dim:]
+    qk = rotate_qk(p[..., : q_dim + kv_dim].view(B, T, n_heads + n_kv_heads, head_dim))
+    v = p[..., q_dim + kv_dim : q_dim + 2 * kv_dim].view(B, T, n_kv_heads, head_dim)
+    return qk[:, :, :n_heads], qk[:, :, n_heads:], v, p[..., q_dim + 2 * kv_dim :]
 
 
 class SplitRope(torch.autograd.Function):
@@ -96,8 +98,12 @@ class SplitRope(torch.autograd.Function):
         B, T, D, n_heads, n_kv_heads, head_dim, dtype = ctx.layout
         q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
         dp = torch.empty(B, T, D, dtype=dtype, device=cos.device)
-        parts = ((dq, 0, q_dim, n_heads), (dk, q_dim, q_dim + kv_dim, n_kv_heads),
-                 (dv, q_dim + kv_dim, q_dim + 2 * kv_dim, None), (dg, q_dim + 2 * kv_dim, D, None))
+        parts = (
+            (dq, 0, q_dim, n_heads),
+            (dk, q_dim, q_dim + kv_dim, n_kv_heads),
+            (dv, q_dim + kv_dim, q_dim + 2 * kv_dim, None),
+            (dg, q_dim + 2 * kv_dim, D, None),
+        )
         for grad, lo, hi, rotated_heads in parts:
             if hi == lo:
                 continue
@@ -111,8 +117,9 @@ class SplitRope(torch.autograd.Function):
         return dp, None, None, None, None, None
 
 
-def split_rope(p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: int, n_kv_heads: int,
-               head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def split_rope(
+    p: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q, k, v, g) of :class:`SplitRope` from the fused projection ``p`` (B, T, D), with the full-width (T, hd)
     tables of :class:`~smallinit.model.attention.RotaryEmbedding`: SplitRope in eager mode, slices and the
     rotate-half formula under compile/functorch."""

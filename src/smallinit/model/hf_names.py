@@ -3,9 +3,9 @@
 listed; ``parts(cfg)`` gives their row counts.
 
 Dense blocks use Llama's names (:data:`HF_NAMES`). The attention gate (``gate`` != none) is not a separate HF tensor:
-its rows are folded into ``q_proj`` per head (Qwen3-Next's layout; :func:`smallinit.hf.fold_gate`), so ``q_proj``
+its rows are folded into ``q_proj`` per head (Qwen3-Next's layout; :func:`smallinit.interop.hf.fold_gate`), so ``q_proj``
 there has H·(hd + g) rows. An MoE block's feed-forward uses :data:`HF_MOE_NAMES` (the names of the remote code in
-``smallinit/hf_remote/modeling_smallinit.py``); the stacked expert matrices are stored transposed
+``smallinit/interop/hf_remote/modeling_smallinit.py``); the stacked expert matrices are stored transposed
 (:func:`transposed`), in nn.Linear's (out, in) layout per expert, as transformers 5's fused experts are.
 """
 
@@ -17,13 +17,14 @@ from smallinit.model.config import ModelConfig
 HF_NAMES: dict[str, tuple[str, ...]] = {
     "tok_emb.weight": ("model.embed_tokens.weight",),
     "blocks.{i}.attn_norm.weight": ("model.layers.{i}.input_layernorm.weight",),
-    "blocks.{i}.attn.w_qkvg.weight": ("model.layers.{i}.self_attn.q_proj.weight",    # q rows (+ gate rows, folded)
-                                      "model.layers.{i}.self_attn.k_proj.weight",
-                                      "model.layers.{i}.self_attn.v_proj.weight"),
+    "blocks.{i}.attn.w_qkvg.weight": (
+        "model.layers.{i}.self_attn.q_proj.weight",  # q rows (+ gate rows, folded)
+        "model.layers.{i}.self_attn.k_proj.weight",
+        "model.layers.{i}.self_attn.v_proj.weight",
+    ),
     "blocks.{i}.attn.w_o.weight": ("model.layers.{i}.self_attn.o_proj.weight",),
     "blocks.{i}.mlp_norm.weight": ("model.layers.{i}.post_attention_layernorm.weight",),
-    "blocks.{i}.mlp.w_gate_up.weight": ("model.layers.{i}.mlp.gate_proj.weight",
-                                        "model.layers.{i}.mlp.up_proj.weight"),
+    "blocks.{i}.mlp.w_gate_up.weight": ("model.layers.{i}.mlp.gate_proj.weight", "model.layers.{i}.mlp.up_proj.weight"),
     "blocks.{i}.mlp.w_down.weight": ("model.layers.{i}.mlp.down_proj.weight",),
     "norm_f.weight": ("model.norm.weight",),
     "lm_head.weight": ("lm_head.weight",),  # absent when the embeddings are tied
@@ -32,11 +33,13 @@ HF_NAMES: dict[str, tuple[str, ...]] = {
 # the feed-forward of an MoE block (replaces the three blocks.{i}.mlp.* entries above there)
 HF_MOE_NAMES: dict[str, tuple[str, ...]] = {
     "blocks.{i}.mlp.router.weight": ("model.layers.{i}.mlp.gate.weight",),
-    "blocks.{i}.mlp.w_gate_up": ("model.layers.{i}.mlp.experts.gate_up_proj",),   # (E, d, 2·d_e) -> (E, 2·d_e, d)
-    "blocks.{i}.mlp.w_down": ("model.layers.{i}.mlp.experts.down_proj",),         # (E, d_e, d) -> (E, d, d_e)
-    "blocks.{i}.mlp.expert_bias": ("model.layers.{i}.mlp.expert_bias",),          # only with moe.bias_update_rate > 0
-    "blocks.{i}.mlp.shared.w_gate_up.weight": ("model.layers.{i}.mlp.shared_expert.gate_proj.weight",
-                                               "model.layers.{i}.mlp.shared_expert.up_proj.weight"),
+    "blocks.{i}.mlp.w_gate_up": ("model.layers.{i}.mlp.experts.gate_up_proj",),  # (E, d, 2·d_e) -> (E, 2·d_e, d)
+    "blocks.{i}.mlp.w_down": ("model.layers.{i}.mlp.experts.down_proj",),  # (E, d_e, d) -> (E, d, d_e)
+    "blocks.{i}.mlp.expert_bias": ("model.layers.{i}.mlp.expert_bias",),  # only with moe.bias_update_rate > 0
+    "blocks.{i}.mlp.shared.w_gate_up.weight": (
+        "model.layers.{i}.mlp.shared_expert.gate_proj.weight",
+        "model.layers.{i}.mlp.shared_expert.up_proj.weight",
+    ),
     "blocks.{i}.mlp.shared.w_down.weight": ("model.layers.{i}.mlp.shared_expert.down_proj.weight",),
 }
 

@@ -96,8 +96,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_h * g.to(grad_h.dtype), grad_w * g.to(grad_w.dtype), None, None, None, None
 
 
-def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int | None = None,
-                         ignore_index: int = -100) -> torch.Tensor:
+def linear_cross_entropy(
+    h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int | None = None, ignore_index: int = -100
+) -> torch.Tensor:
     """Mean cross-entropy of the logits h Wᵀ against ``targets`` without materializing all logits (module
     docstring). ``h`` (..., d), ``weight`` (V, d), ``targets`` (...) int64; ``chunk`` rows at a time (None:
     :func:`default_chunk`); returns a 0-dim float32 tensor (float64 for float64 inputs)."""

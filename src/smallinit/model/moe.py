@@ -88,8 +88,11 @@ def router_z_loss(logits: torch.Tensor) -> torch.Tensor:
 
 def _grouped_mm_ok(x: torch.Tensor, *dims: int) -> bool:
     """``torch._grouped_mm`` exists, takes x's dtype, and the row strides it will see are multiples of 16 bytes."""
-    return (hasattr(torch, "_grouped_mm") and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
-            and all((d * x.element_size()) % 16 == 0 for d in dims))
+    return (
+        hasattr(torch, "_grouped_mm")
+        and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and all((d * x.element_size()) % 16 == 0 for d in dims)
+    )
 
 
 class MoE(nn.Module):
@@ -130,8 +133,8 @@ class MoE(nn.Module):
         self.last_stats: dict[str, torch.Tensor] = {}
         # A usable default draw (std = fan_in^-1/2); Transformer re-draws everything with the γ-rule.
         with torch.no_grad():
-            self.w_gate_up.normal_(0.0, self.d_model ** -0.5)
-            self.w_down.normal_(0.0, self.d_expert ** -0.5)
+            self.w_gate_up.normal_(0.0, self.d_model**-0.5)
+            self.w_down.normal_(0.0, self.d_expert**-0.5)
 
     # ---- γ-rule and accounting --------------------------------------------------------------
     def fan_in_of(self, param_name: str) -> int | None:
@@ -160,8 +163,10 @@ class MoE(nn.Module):
         return out
 
     def extra_repr(self) -> str:
-        return (f"n_experts={self.n_experts}, top_k={self.top_k}, d_expert={self.d_expert}, "
-                f"shared={0 if self.shared is None else self.shared.d_ff // self.d_expert}, impl={self.impl!r}")
+        return (
+            f"n_experts={self.n_experts}, top_k={self.top_k}, d_expert={self.d_expert}, "
+            f"shared={0 if self.shared is None else self.shared.d_ff // self.d_expert}, impl={self.impl!r}"
+        )
 
     # ---- forward ----------------------------------------------------------------------------
     def _use_grouped_mm(self, xs: torch.Tensor) -> bool:
@@ -170,9 +175,11 @@ class MoE(nn.Module):
         ok = _grouped_mm_ok(xs, self.d_model, self.d_expert)
         if self.impl == "grouped_mm":
             if not ok:
-                raise ValueError("MoE impl='grouped_mm' needs torch._grouped_mm, float32/bfloat16/float16 and "
-                                 "d_model, d_expert whose rows are multiples of 16 bytes "
-                                 f"(d_model={self.d_model}, d_expert={self.d_expert}, dtype={xs.dtype})")
+                raise ValueError(
+                    "MoE impl='grouped_mm' needs torch._grouped_mm, float32/bfloat16/float16 and "
+                    "d_model, d_expert whose rows are multiples of 16 bytes "
+                    f"(d_model={self.d_model}, d_expert={self.d_expert}, dtype={xs.dtype})"
+                )
             return True
         # auto: grouped_mm beat the loop on CPU (eager); torch's CUDA and meta/fake-tensor (torch.compile)
         # kernels take bfloat16 only, so elsewhere other dtypes use the loop.
@@ -192,7 +199,7 @@ class MoE(nn.Module):
         for e, n in enumerate(counts.tolist()):
             if n == 0:
                 continue
-            x_e = xs[start:start + n]
+            x_e = xs[start : start + n]
             gate, up = (x_e @ w_gu[e]).split([de, de], dim=-1)
             outs.append((F.silu(gate) * up) @ w_d[e])
             start += n

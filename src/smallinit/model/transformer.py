@@ -15,8 +15,8 @@ from torch import nn
 
 from smallinit.init import InitReport, gamma_init
 from smallinit.model.attention import Attention, RotaryEmbedding
-from smallinit.model.fused import plain_ops_only
 from smallinit.model.config import ModelConfig
+from smallinit.model.fused import plain_ops_only
 from smallinit.model.loss import linear_cross_entropy
 from smallinit.model.mlp import SwiGLU
 from smallinit.model.norm import make_norm
@@ -77,7 +77,9 @@ class Transformer(nn.Module):
             depth_gamma_std = {}  # std = fan_in^(-γ) / sqrt(2L) on each block's output projections
             for name, p in self.named_parameters():
                 if name.endswith(("attn.w_o.weight", "mlp.w_down.weight", "mlp.w_down", "mlp.shared.w_down.weight")):
-                    depth_gamma_std[name] = {"std": p.shape[-2 if p.ndim == 3 else 1] ** (-c.gamma) / math.sqrt(2 * c.n_layers)}
+                    depth_gamma_std[name] = {
+                        "std": p.shape[-2 if p.ndim == 3 else 1] ** (-c.gamma) / math.sqrt(2 * c.n_layers)
+                    }
             overrides = {**overrides, **{k: v for k, v in depth_gamma_std.items() if k not in overrides}}
         report = gamma_init(self, c.gamma, overrides, generator=generator)
         self.rope.reset_parameters()
@@ -127,11 +129,17 @@ class Transformer(nn.Module):
 
     # ---- sampling ---------------------------------------------------------------------------
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """Append ``max_new_tokens`` sampled tokens to ``idx`` (B, T). ``temperature = 0`` is greedy."""
         for _ in range(max_new_tokens):
-            ctx = idx[:, -self.config.max_seq_len:]
+            ctx = idx[:, -self.config.max_seq_len :]
             logits = self(ctx)[:, -1, :].float()
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)

@@ -56,8 +56,7 @@ def _weight_probes(model: nn.Module, exact_srank: bool) -> dict[str, dict[str, A
         W = W.detach()
         if W.ndim != 2 or W.shape[0] < 2:
             continue
-        out[name] = {"srank": stable_rank(W, exact=exact_srank), "cond": condensation_index(W),
-                     "d_in": int(W.shape[1])}
+        out[name] = {"srank": stable_rank(W, exact=exact_srank), "cond": condensation_index(W), "d_in": int(W.shape[1])}
     return out
 
 

@@ -263,11 +263,7 @@ def rmsnorm_saturation(h: torch.Tensor, eps: float) -> dict[str, float]:
     eps_over_ms = torch.where(ms > 0, eps / ms.clamp_min(torch.finfo(ms.dtype).tiny), torch.full_like(ms, math.inf))
     if eps == 0:
         eps_over_ms = torch.zeros_like(ms)
-    return {
-        "saturation": float(sat.mean()),
-        "eps_over_ms": float(eps_over_ms.mean()),
-        "mean_square": float(ms.mean()),
-    }
+    return {"saturation": float(sat.mean()), "eps_over_ms": float(eps_over_ms.mean()), "mean_square": float(ms.mean())}
 
 
 def residual_flow(branch_out: torch.Tensor, h: torch.Tensor) -> float:

@@ -3,7 +3,7 @@
     html = make_report(["runs/g05", "runs/g10"], "report/")
 
 Runs are overlaid in one colour each and labelled by what differs in their ``config.yaml``
-(:func:`run_labels`, via ``smallinit.train.config.config_diff``). Figures (each written when some run
+(:func:`run_labels`, via ``smallinit.config.config_diff``). Figures (each written when some run
 has the data for it):
 
 - ``loss.png``                 training loss (line) and validation loss (dashed, markers) vs step
@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from smallinit.errors import RunDirError
-from smallinit.figures import color as _color
-from smallinit.figures import margins as _margins
-from smallinit.figures import panel_grid as _grid
-from smallinit.figures import pyplot as _plt
-from smallinit.figures import save_png, write_html
+from smallinit.core.errors import RunDirError
+from smallinit.core.figures import color as _color
+from smallinit.core.figures import margins as _margins
+from smallinit.core.figures import panel_grid as _grid
+from smallinit.core.figures import pyplot as _plt
+from smallinit.core.figures import save_png, write_html
 from smallinit.probes.summary import _differing_keys, _fmt, run_labels, summary_numbers
-from smallinit.rundir import RunData, config_get, load_run
+from smallinit.runs.rundir import RunData, config_get, load_run
 
 MAX_HEATMAP_COLUMNS = 10
 
@@ -47,6 +47,7 @@ __all__ = ["RunData", "load_run", "make_report", "run_labels", "summary_numbers"
 
 
 # ---- figures ---------------------------------------------------------------------------------------
+
 
 def _write(fig, path: Path) -> Path:
     return save_png(fig, path, dpi=90, tight=False)
@@ -154,10 +155,15 @@ def plot_matrix_metric(runs: list[RunData], out: Path, metric: str) -> Path | No
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    name, title = {"srank": ("srank.png", "stable rank ||W||_F²/||W||_2² (mean over layers, band = min..max)"),
-                   "cond": ("condensation.png", "condensation index mean|C_ij| (dotted: random rows √(2/πd_in))"),
-                   "damping": ("optim_eps.png", "AdamW ε: mean damping ε/(√v̂+ε) (solid; band = min..max over layers), "
-                               "share of entries with √v̂ < ε (dashed)")}[metric]
+    name, title = {
+        "srank": ("srank.png", "stable rank ||W||_F²/||W||_2² (mean over layers, band = min..max)"),
+        "cond": ("condensation.png", "condensation index mean|C_ij| (dotted: random rows √(2/πd_in))"),
+        "damping": (
+            "optim_eps.png",
+            "AdamW ε: mean damping ε/(√v̂+ε) (solid; band = min..max over layers), "
+            "share of entries with √v̂ < ε (dashed)",
+        ),
+    }[metric]
     fig.suptitle(title, fontsize=10)
     return _save_with_legend(fig, runs, out / name)
 
@@ -205,8 +211,7 @@ def heatmap_grid(runs: list[RunData], name: str, path: Path, max_cols: int = MAX
     W = label_in + cell * len(steps) + 0.9
     H = 0.8 + cell * len(rows) + 0.1
     fig, axes = plt.subplots(len(rows), len(steps), figsize=(W, H), squeeze=False)
-    fig.subplots_adjust(left=label_in / W, right=1 - 0.9 / W, top=1 - 0.8 / H, bottom=0.1 / H,
-                        wspace=0.08, hspace=0.08)
+    fig.subplots_adjust(left=label_in / W, right=1 - 0.9 / W, top=1 - 0.8 / H, bottom=0.1 / H, wspace=0.08, hspace=0.08)
     im = None
     for ri, (run_i, r) in enumerate(rows):
         for ci, s in enumerate(steps):
@@ -270,8 +275,9 @@ def plot_sink(runs: list[RunData], out: Path) -> Path | None:
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    fig.suptitle("attention on the first token (mean over heads, queries t≥1); dashed: uniform causal attention",
-                 fontsize=10)
+    fig.suptitle(
+        "attention on the first token (mean over heads, queries t≥1); dashed: uniform causal attention", fontsize=10
+    )
     return _save_with_legend(fig, runs, out / "sink.png")
 
 
@@ -329,8 +335,10 @@ def plot_saturation(runs: list[RunData], out: Path) -> Path | None:
             ax.set_xlabel("step", fontsize=8)
             ax.tick_params(labelsize=8)
             ax.grid(alpha=0.3)
-    fig.suptitle("RMSNorm saturation of the norm inputs (mean over layers, band = min..max); "
-                 "≤ 0.5 means ε dominates", fontsize=10)
+    fig.suptitle(
+        "RMSNorm saturation of the norm inputs (mean over layers, band = min..max); ≤ 0.5 means ε dominates",
+        fontsize=10,
+    )
     return _save_with_legend(fig, runs, out / "saturation.png")
 
 
@@ -360,9 +368,11 @@ def plot_moe(runs: list[RunData], out: Path) -> Path | None:
     if not any("moe" in rec for r in runs for rec in r.probes):
         return None
     fig, axes = _grid(3, ncols=3, w=3.6, h=2.8)
-    for ax, key, title in zip(axes, ("router_entropy", "dead_experts", "max_expert_fraction"),
-                              ("router entropy (nats; dotted: ln E)", "dead experts (all layers)",
-                               "busiest expert's token share")):
+    for ax, key, title in zip(
+        axes,
+        ("router_entropy", "dead_experts", "max_expert_fraction"),
+        ("router entropy (nats; dotted: ln E)", "dead experts (all layers)", "busiest expert's token share"),
+    ):
         for i, r in enumerate(runs):
             pts = [(rec["step"], rec["moe"][key]) for rec in r.probes if key in rec.get("moe", {})]
             if pts:
@@ -379,6 +389,7 @@ def plot_moe(runs: list[RunData], out: Path) -> Path | None:
 
 # ---- the report ------------------------------------------------------------------------------------
 
+
 def _num(v: Any, digits: int = 4) -> str:
     if v is None:
         return "–"
@@ -392,22 +403,30 @@ def write_index(out: Path, runs: list[RunData], figures: list[tuple[str, Path]])
     (``<img src>`` relative to ``out``)."""
     keys = _differing_keys([r.config for r in runs])
     e = html.escape
-    parts = ["<h1>smallinit: training runs and probes</h1>", "<h2>Runs</h2><table><tr><th>label</th><th>path</th>"
-             + "".join(f"<th>{e(k)}</th>" for k in keys)
-             + "<th>steps</th><th>final loss</th><th>final val loss</th></tr>"]
+    parts = [
+        "<h1>smallinit: training runs and probes</h1>",
+        "<h2>Runs</h2><table><tr><th>label</th><th>path</th>"
+        + "".join(f"<th>{e(k)}</th>" for k in keys)
+        + "<th>steps</th><th>final loss</th><th>final val loss</th></tr>",
+    ]
     nums = [summary_numbers(r) for r in runs]
     for i, (r, n) in enumerate(zip(runs, nums)):
         rgb = "#%02x%02x%02x" % tuple(int(255 * c) for c in _color(i)[:3])
-        parts.append(f"<tr><td><span class='sw' style='background:{rgb}'></span>{e(r.label)}</td>"
-                     f"<td>{e(str(r.path))}</td>" + "".join(f"<td>{e(_fmt(config_get(r.config, k)))}</td>" for k in keys)
-                     + f"<td>{_num(n.get('steps'))}</td><td>{_num(n.get('final_loss'))}</td>"
-                     f"<td>{_num(n.get('final_val_loss'))}</td></tr>")
+        parts.append(
+            f"<tr><td><span class='sw' style='background:{rgb}'></span>{e(r.label)}</td>"
+            f"<td>{e(str(r.path))}</td>"
+            + "".join(f"<td>{e(_fmt(config_get(r.config, k)))}</td>" for k in keys)
+            + f"<td>{_num(n.get('steps'))}</td><td>{_num(n.get('final_loss'))}</td>"
+            f"<td>{_num(n.get('final_val_loss'))}</td></tr>"
+        )
     parts.append("</table>")
     if any("srank" in n for n in nums):
-        parts.append("<h2>Headline numbers</h2><table><tr><th>run</th>"
-                     "<th>srank blocks.0.attn.q: init</th><th>at 10%</th><th>end</th>"
-                     "<th>sink (mean over layers): init</th><th>end</th><th>uniform baseline</th>"
-                     "<th>lowest norm saturation (end)</th><th>max |h| (end)</th></tr>")
+        parts.append(
+            "<h2>Headline numbers</h2><table><tr><th>run</th>"
+            "<th>srank blocks.0.attn.q: init</th><th>at 10%</th><th>end</th>"
+            "<th>sink (mean over layers): init</th><th>end</th><th>uniform baseline</th>"
+            "<th>lowest norm saturation (end)</th><th>max |h| (end)</th></tr>"
+        )
         for n in nums:
             s = n.get("srank", {})
             sk = n.get("sink", {})
@@ -416,9 +435,11 @@ def write_index(out: Path, runs: list[RunData], figures: list[tuple[str, Path]])
                 d = s.get(k) or {}
                 return f"{_num(d.get('value'))} <small>(step {_num(d.get('step'))})</small>" if d else "–"
 
-            parts.append(f"<tr><td>{e(n['label'])}</td><td>{sr('init')}</td><td>{sr('10%')}</td><td>{sr('end')}</td>"
-                         f"<td>{_num(sk.get('init'))}</td><td>{_num(sk.get('end'))}</td><td>{_num(sk.get('uniform'))}</td>"
-                         f"<td>{_num(n.get('min_saturation_end'))}</td><td>{_num(n.get('max_act_end'))}</td></tr>")
+            parts.append(
+                f"<tr><td>{e(n['label'])}</td><td>{sr('init')}</td><td>{sr('10%')}</td><td>{sr('end')}</td>"
+                f"<td>{_num(sk.get('init'))}</td><td>{_num(sk.get('end'))}</td><td>{_num(sk.get('uniform'))}</td>"
+                f"<td>{_num(n.get('min_saturation_end'))}</td><td>{_num(n.get('max_act_end'))}</td></tr>"
+            )
         parts.append("</table>")
     for title, path in figures:
         rel = os.path.relpath(path, out)
@@ -429,7 +450,7 @@ def write_index(out: Path, runs: list[RunData], figures: list[tuple[str, Path]])
 def make_report(run_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
     """Load the runs, label them by their config differences, draw every figure into ``out_dir`` and
     write ``out_dir/index.html`` (returned)."""
-    from smallinit.outputs import OutputPlan, check_out_dir, staged_dir
+    from smallinit.core.outputs import OutputPlan, check_out_dir, staged_dir
 
     if not run_dirs:
         raise RunDirError("give at least one run directory")
@@ -449,7 +470,7 @@ def make_report(run_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -
         add("Stable rank per matrix type", plot_matrix_metric(runs, out, "srank"))
         add("Condensation index per matrix type", plot_matrix_metric(runs, out, "cond"))
         for p in plot_heatmaps(runs, out):
-            add(f"Row-cosine heatmaps: {p.stem[len('heatmaps_'):]}", p)
+            add(f"Row-cosine heatmaps: {p.stem[len('heatmaps_') :]}", p)
         add("Attention sink per layer", plot_sink(runs, out))
         add("Massive activations per layer", plot_massive(runs, out))
         add("RMSNorm saturation per norm", plot_saturation(runs, out))

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from smallinit.rundir import RunData, compared_diff, config_get
+from smallinit.runs.rundir import RunData, compared_diff, config_get
 
 __all__ = ["run_labels", "summary_numbers"]
 
@@ -23,7 +23,7 @@ def _fmt(v: Any) -> str:
 
 
 def _differing_keys(configs: list[dict[str, Any]]) -> list[str]:
-    """Dotted config keys whose values differ among the runs (the ignored keys of smallinit.rundir left out)."""
+    """Dotted config keys whose values differ among the runs (the ignored keys of smallinit.runs.rundir left out)."""
     keys: set[str] = set()
     for c in configs[1:]:
         keys |= set(compared_diff(configs[0], c))
@@ -47,6 +47,7 @@ def run_labels(configs: list[dict[str, Any]], names: list[str] | None = None) ->
 
 # ---- numbers ---------------------------------------------------------------------------------------
 
+
 def _nearest(records: list[dict[str, Any]], step: float) -> dict[str, Any] | None:
     return min(records, key=lambda r: (abs(r["step"] - step), r["step"])) if records else None
 
@@ -61,22 +62,33 @@ def summary_numbers(run: RunData, matrix: str = "blocks.0.attn.q") -> dict[str, 
         last = pr[-1]
         marks = {"init": pr[0], "10%": _nearest(pr, 0.1 * last["step"]), "end": last}
         out["srank_matrix"] = matrix
-        out["srank"] = {k: {"step": r["step"], "value": r.get("matrices", {}).get(matrix, {}).get("srank")}
-                        for k, r in marks.items()}
+        out["srank"] = {
+            k: {"step": r["step"], "value": r.get("matrices", {}).get(matrix, {}).get("srank")}
+            for k, r in marks.items()
+        }
 
         def mean_sink(r):
             vals = [l.get("sink") for l in r.get("layers", []) if l.get("sink") is not None]
             return float(np.mean(vals)) if vals else None
 
-        out["sink"] = {"init": mean_sink(pr[0]), "end": mean_sink(last),
-                       "per_layer_end": [l.get("sink") for l in last.get("layers", [])],
-                       "uniform": last.get("uniform_sink")}
-        sats = [l[n]["saturation"] for l in last.get("layers", []) for n in ("attn_norm", "mlp_norm")
-                if isinstance(l.get(n), dict) and l[n].get("saturation") is not None]
+        out["sink"] = {
+            "init": mean_sink(pr[0]),
+            "end": mean_sink(last),
+            "per_layer_end": [l.get("sink") for l in last.get("layers", [])],
+            "uniform": last.get("uniform_sink"),
+        }
+        sats = [
+            l[n]["saturation"]
+            for l in last.get("layers", [])
+            for n in ("attn_norm", "mlp_norm")
+            if isinstance(l.get(n), dict) and l[n].get("saturation") is not None
+        ]
         if isinstance(last.get("final_norm"), dict) and last["final_norm"].get("saturation") is not None:
             sats.append(last["final_norm"]["saturation"])
         out["min_saturation_end"] = min(sats) if sats else None
-        out["max_act_end"] = max((l.get("max_act") or 0.0) for l in last.get("layers", [])) if last.get("layers") else None
+        out["max_act_end"] = (
+            max((l.get("max_act") or 0.0) for l in last.get("layers", [])) if last.get("layers") else None
+        )
     if run.metrics:
         out["final_loss"] = run.metrics[-1].get("loss")
         vals = [m["val_loss"] for m in run.metrics if m.get("val_loss") is not None]

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from smallinit.io import json_safe
+from smallinit.core.io import json_safe
 from smallinit.probes.matrices import _weight_probes, matrix_kind, named_matrices, optimizer_eps_probes
 from smallinit.probes.metrics import (
     attention_sink,
@@ -62,9 +62,8 @@ from smallinit.probes.metrics import (
     row_cosine,
     uniform_sink_baseline,
 )
+from smallinit.runs.rundir import HEATMAP_DIR, PROBES_FILE, read_heatmaps, read_probes
 
-PROBES_FILE = "probes.jsonl"
-HEATMAP_DIR = "heatmaps"
 HEATMAP_MAX_ROWS = 256
 
 __all__ = [
@@ -87,6 +86,7 @@ __all__ = [
 
 # ---- activations ---------------------------------------------------------------------------------
 
+
 def _saturation(norm: nn.Module, h: torch.Tensor) -> dict[str, float]:
     eps = float(getattr(norm, "eps", 0.0))
     if not hasattr(norm, "bias") or getattr(norm, "bias", None) is None:
@@ -101,8 +101,14 @@ def _args_of(args: tuple, kwargs: dict, names: tuple[str, ...]) -> list[Any]:
     return [args[i] if i < len(args) else kwargs[n] for i, n in enumerate(names)]
 
 
-def compute_probes(model: nn.Module, idx: torch.Tensor, *, exact_srank: bool = False,
-                   autocast: contextlib.AbstractContextManager | None = None, weights: bool = True) -> dict[str, Any]:
+def compute_probes(
+    model: nn.Module,
+    idx: torch.Tensor,
+    *,
+    exact_srank: bool = False,
+    autocast: contextlib.AbstractContextManager | None = None,
+    weights: bool = True,
+) -> dict[str, Any]:
     """All probes of DESIGN.md §2 for ``model`` on the token batch ``idx`` (B, T) (see the module docstring).
 
     The model must be a :class:`~smallinit.model.Transformer` (``tok_emb``, ``blocks[i]`` with
@@ -129,12 +135,14 @@ def compute_probes(model: nn.Module, idx: torch.Tensor, *, exact_srank: bool = F
             else:
                 layers[i][which] = _saturation(norm, h)
                 pending[(i, which)] = h
+
         return hook
 
     def attn_pre(i: int):
         def hook(mod, args, kwargs):
             x, cos, sin = _args_of(args, kwargs, ("x", "cos", "sin"))
             layers[i]["sink"] = attention_sink(mod.attention_weights(x, cos, sin)) if T >= 2 else None
+
         return hook
 
     def branch_out(i: int, norm_name: str, key: str):
@@ -142,11 +150,13 @@ def compute_probes(model: nn.Module, idx: torch.Tensor, *, exact_srank: bool = F
             h = pending.pop((i, norm_name), None)
             if h is not None:
                 layers[i][key] = residual_flow(out, h)
+
         return hook
 
     def block_out(i: int):
         def hook(mod, args, out):
             layers[i]["max_act"] = max_activation(out)
+
         return hook
 
     def emb_out(mod, args, out):
@@ -164,7 +174,7 @@ def compute_probes(model: nn.Module, idx: torch.Tensor, *, exact_srank: bool = F
             handles.append(b.mlp.register_forward_hook(branch_out(i, "mlp_norm", "flow_mlp")))
             handles.append(b.register_forward_hook(block_out(i)))
         handles.append(model.norm_f.register_forward_pre_hook(norm_pre(None, "final_norm", model.norm_f)))
-        with torch.no_grad(), (autocast if autocast is not None else contextlib.nullcontext()):
+        with torch.no_grad(), autocast if autocast is not None else contextlib.nullcontext():
             model(idx)
         moe = {}
         if moe_saved:
@@ -210,6 +220,7 @@ def probe_batch(val_tokens: np.ndarray, seq_len: int, batch_size: int, bos_id: i
 
 # ---- heatmaps ------------------------------------------------------------------------------------
 
+
 def early_probe_steps(every: int) -> list[int]:
     """The log-spaced early probe steps 1, 2, 5, 10, 20, 50, 100, … (1-2-5 per decade) strictly below ``every``:
     condensation happens in the first updates (DESIGN.md §2, "Row cosine similarity"), which a uniform schedule
@@ -252,21 +263,25 @@ def heatmap_arrays(W: torch.Tensor, max_rows: int = HEATMAP_MAX_ROWS) -> dict[st
     else:
         rows = torch.arange(n)
     sub = W.index_select(0, rows)
-    return {"cos": row_cosine(sub).numpy().astype(np.float16), "rows": rows.numpy().astype(np.int32),
-            "order": order_rows_for_heatmap(sub).numpy().astype(np.int32)}
+    return {
+        "cos": row_cosine(sub).numpy().astype(np.float16),
+        "rows": rows.numpy().astype(np.int32),
+        "order": order_rows_for_heatmap(sub).numpy().astype(np.int32),
+    }
 
 
 def _heatmap_path(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / HEATMAP_DIR / f"step_{step:08d}.npz"
 
 
-def save_heatmaps(model: nn.Module, names: list[str], run_dir: str | Path, step: int,
-                  max_rows: int = HEATMAP_MAX_ROWS) -> Path:
+def save_heatmaps(
+    model: nn.Module, names: list[str], run_dir: str | Path, step: int, max_rows: int = HEATMAP_MAX_ROWS
+) -> Path:
     """Write ``RUN_DIR/heatmaps/step_XXXXXXXX.npz`` (compressed, atomically) with, for every matrix name,
     ``<name>/cos``, ``<name>/rows``, ``<name>/order`` (see :func:`heatmap_arrays`)."""
     import io
 
-    from smallinit.io import atomic_write_bytes
+    from smallinit.core.io import atomic_write_bytes
 
     mats = named_matrices(model)
     arrays = {}
@@ -280,34 +295,8 @@ def save_heatmaps(model: nn.Module, names: list[str], run_dir: str | Path, step:
     return path
 
 
-def read_heatmaps(run_dir: str | Path) -> dict[int, dict[str, dict[str, np.ndarray]]]:
-    """{step: {matrix name: {"cos", "rows", "order"}}} for every heatmap file of a run."""
-    out: dict[int, dict[str, dict[str, np.ndarray]]] = {}
-    d = Path(run_dir) / HEATMAP_DIR
-    if not d.is_dir():
-        return out
-    for f in sorted(d.glob("step_*.npz")):
-        try:
-            step = int(f.stem[5:])
-            with np.load(f) as z:
-                per: dict[str, dict[str, np.ndarray]] = {}
-                for key in z.files:
-                    name, _, field = key.rpartition("/")
-                    per.setdefault(name, {})[field] = z[key]
-        except (ValueError, OSError):
-            continue  # a foreign or damaged file: skipped
-        out[step] = per
-    return out
-
-
-def read_probes(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of ``RUN_DIR/probes.jsonl`` in file order (a torn last line is skipped)."""
-    from smallinit.io import read_jsonl
-
-    return read_jsonl(Path(run_dir) / PROBES_FILE)
-
-
 # ---- the callback --------------------------------------------------------------------------------
+
 
 class TrainingProbe:
     """Trainer callback: probes at step 0, at the log-spaced early steps below ``cfg.every``
@@ -330,8 +319,15 @@ class TrainingProbe:
     (B·H·T² floats per layer, transiently), plus stable rank and condensation of every matrix.
     """
 
-    def __init__(self, cfg: Any = None, every: int | None = None, batch_size: int | None = None,
-                 heatmaps: list[str] | None = None, exact_srank: bool | None = None, early: bool | None = None):
+    def __init__(
+        self,
+        cfg: Any = None,
+        every: int | None = None,
+        batch_size: int | None = None,
+        heatmaps: list[str] | None = None,
+        exact_srank: bool | None = None,
+        early: bool | None = None,
+    ):
         def pick(v, name, default):
             return v if v is not None else getattr(cfg, name, default)
 
@@ -369,7 +365,7 @@ class TrainingProbe:
         self._maybe(trainer, trainer.step, force=True)
 
     def _check_names(self, trainer) -> None:
-        from smallinit.errors import ConfigError
+        from smallinit.core.errors import ConfigError
 
         # names checked on a weightless copy, identically on every rank (so all ranks stop together)
         from smallinit.model import Transformer
@@ -377,12 +373,17 @@ class TrainingProbe:
         with torch.device("meta"):
             names = named_matrices(Transformer(trainer.model_cfg))
         # a MoE block has no dense `mlp.up`: the default heatmap of it maps to its first expert's
-        self.heatmaps = [n.replace(".mlp.up", ".mlp.expert0.up") if n not in names
-                         and n.replace(".mlp.up", ".mlp.expert0.up") in names else n for n in self.heatmaps]
+        self.heatmaps = [
+            n.replace(".mlp.up", ".mlp.expert0.up")
+            if n not in names and n.replace(".mlp.up", ".mlp.expert0.up") in names
+            else n
+            for n in self.heatmaps
+        ]
         unknown = [n for n in self.heatmaps if n not in names]
         if unknown:
-            raise ConfigError(f"probe.heatmaps: unknown matrix {unknown[0]!r}; this model has e.g. "
-                              f"{', '.join(list(names)[:8])}, ...")
+            raise ConfigError(
+                f"probe.heatmaps: unknown matrix {unknown[0]!r}; this model has e.g. {', '.join(list(names)[:8])}, ..."
+            )
 
     def on_before_optimizer_step(self, trainer, step: int) -> None:
         self._maybe(trainer, step)
@@ -394,7 +395,7 @@ class TrainingProbe:
     def _truncate(self, run_dir: Path, step: int) -> None:
         """Drop probe lines and heatmaps of ``step`` and later (a resumed run writes them again; the
         resumed-from step itself is re-probed from the same weights, with the same result)."""
-        from smallinit.io import atomic_write_text
+        from smallinit.core.io import atomic_write_text
 
         path = run_dir / PROBES_FILE
         if path.exists():
@@ -451,8 +452,12 @@ class TrainingProbe:
                 t0 = time.perf_counter()
                 rec = compute_probes(model, self.batch, exact_srank=self.exact_srank, autocast=trainer.autocast())
                 rec["optim_eps"] = self._optim_eps(trainer)
-                rec = {"step": step, "tokens": step * trainer.cfg.train.batch_size * trainer.cfg.data.seq_len,
-                       **json_safe(rec), "seconds": time.perf_counter() - t0}
+                rec = {
+                    "step": step,
+                    "tokens": step * trainer.cfg.train.batch_size * trainer.cfg.data.seq_len,
+                    **json_safe(rec),
+                    "seconds": time.perf_counter() - t0,
+                }
                 with open(Path(trainer.run_dir) / PROBES_FILE, "a") as f:
                     f.write(json.dumps(rec) + "\n")
                     f.flush()

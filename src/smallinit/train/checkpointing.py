@@ -1,8 +1,8 @@
 """The trainer's checkpoints: :func:`save` writes the current step (full state dicts, so a run resumes at any world
-size; pruning to ``train.keep_ckpts`` plus ``train.ckpt_steps`` happens in :func:`smallinit.checkpoint.save_checkpoint`)
+size; pruning to ``train.keep_ckpts`` plus ``train.ckpt_steps`` happens in :func:`smallinit.runs.checkpoint.save_checkpoint`)
 and :func:`restore` puts a resumed run back exactly where its newest good checkpoint left it: weights, optimizer,
 RNG, step, wall time, the divergence line's start, and ``metrics.jsonl`` cut back to that step. The format is
-:mod:`smallinit.checkpoint`."""
+:mod:`smallinit.runs.checkpoint`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,15 @@ from pathlib import Path
 
 import torch
 
-from smallinit.checkpoint import (latest_good_checkpoint, list_checkpoints, read_checkpoint,
-                                  remove_partial_checkpoints, save_checkpoint)
-from smallinit.errors import CheckpointError
-from smallinit.io import atomic_write_text
+from smallinit.core.errors import CheckpointError
+from smallinit.core.io import atomic_write_text
+from smallinit.runs.checkpoint import (
+    latest_good_checkpoint,
+    list_checkpoints,
+    read_checkpoint,
+    remove_partial_checkpoints,
+    save_checkpoint,
+)
 from smallinit.train import distributed as dist_utils
 
 
@@ -28,14 +33,15 @@ def restore(trainer) -> None:
     if ckpt is None:
         bad = list_checkpoints(trainer.run_dir)
         if bad:  # never restart from scratch silently over a run whose checkpoints are all damaged
-            raise CheckpointError(f"{trainer.run_dir}: none of the {len(bad)} checkpoint(s) verifies (newest: "
-                                  f"{bad[-1].name}); see `smallinit doctor {trainer.run_dir}`, or delete "
-                                  f"{trainer.run_dir / 'checkpoints'} to start over")
+            raise CheckpointError(
+                f"{trainer.run_dir}: none of the {len(bad)} checkpoint(s) verifies (newest: "
+                f"{bad[-1].name}); see `smallinit doctor {trainer.run_dir}`, or delete "
+                f"{trainer.run_dir / 'checkpoints'} to start over"
+            )
         if (trainer.run_dir / "metrics.jsonl").exists() and trainer.dist.is_main:
             (trainer.run_dir / "metrics.jsonl").unlink()  # nothing was saved: start over cleanly
         return
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     data = read_checkpoint(ckpt)
     tensors = data["model"]
@@ -46,9 +52,11 @@ def restore(trainer) -> None:
         set_model_state_dict(trainer.model, tensors, options=opts)
     except RuntimeError as e:  # shapes or names differ: config.yaml no longer describes the checkpointed model
         first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln or "key" in ln), "")
-        raise CheckpointError(f"{ckpt}: its weights do not fit the model of {trainer.run_dir / 'config.yaml'} "
-                              f"({first[:160]}); was config.yaml edited? Restore it (the checkpoint keeps its "
-                              "own copy) or start a new run") from None
+        raise CheckpointError(
+            f"{ckpt}: its weights do not fit the model of {trainer.run_dir / 'config.yaml'} "
+            f"({first[:160]}); was config.yaml edited? Restore it (the checkpoint keeps its "
+            "own copy) or start a new run"
+        ) from None
     set_optimizer_state_dict(trainer.model, trainer.optimizer, data["optim"]["optimizer"], options=opts)
     torch.set_rng_state(data["optim"]["rng_cpu"])
     trainer.step = int(data["state"]["step"])
@@ -75,8 +83,7 @@ def truncate_metrics(trainer, step: int) -> None:
 
 def save(trainer) -> Path | None:
     """Write a checkpoint of the current step (collective under FSDP; rank 0 writes)."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                         get_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     msd = get_model_state_dict(trainer.model, options=opts)
@@ -84,12 +91,23 @@ def save(trainer) -> Path | None:
     path = None
     if trainer.dist.is_main:
         tied = ("lm_head.weight",) if trainer.model_cfg.tie_embeddings else ()
-        state = {"tokens": trainer.tokens_seen, "loader": trainer.loader.state_dict(),
-                 "world_size": trainer.dist.world_size, "wall_time": trainer.wall_time(),
-                 "first_loss": trainer._first_loss}
-        path = save_checkpoint(trainer.run_dir, trainer.step, msd,
-                               {"optimizer": osd, "rng_cpu": torch.get_rng_state()}, state, trainer.cfg.to_dict(),
-                               keep=trainer.cfg.train.keep_ckpts, tied_keys=tied,
-                               keep_steps=tuple(trainer.cfg.train.ckpt_steps))
+        state = {
+            "tokens": trainer.tokens_seen,
+            "loader": trainer.loader.state_dict(),
+            "world_size": trainer.dist.world_size,
+            "wall_time": trainer.wall_time(),
+            "first_loss": trainer._first_loss,
+        }
+        path = save_checkpoint(
+            trainer.run_dir,
+            trainer.step,
+            msd,
+            {"optimizer": osd, "rng_cpu": torch.get_rng_state()},
+            state,
+            trainer.cfg.to_dict(),
+            keep=trainer.cfg.train.keep_ckpts,
+            tied_keys=tied,
+            keep_steps=tuple(trainer.cfg.train.ckpt_steps),
+        )
     dist_utils.barrier(trainer.dist)
     return path

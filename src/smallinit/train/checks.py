@@ -3,7 +3,7 @@ leaves no folder behind: both data splits hold a window of ``seq_len`` and the v
 windows, every token id is below the vocabulary (:func:`check_data`), the memory estimate of a step
 (:func:`memory_estimate`) against the machine's memory (:func:`check_memory`), and callbacks' own
 ``check(trainer)``, e.g. probe matrix names (:func:`check_callbacks`). The output folder's policy is
-:mod:`smallinit.outputs` (:mod:`smallinit.train.run_dir`)."""
+:mod:`smallinit.core.outputs` (:mod:`smallinit.train.run_dir`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import os
 
 import torch
 
-from smallinit.errors import ConfigError, DataError
-from smallinit.train.config import RunConfig
+from smallinit.config import RunConfig
+from smallinit.core.errors import ConfigError, DataError
 
 
 def memory_estimate(cfg: RunConfig, micro_batch: int) -> int:
@@ -46,7 +46,7 @@ def _max_token(tokens, chunk: int = 1 << 24) -> int:
     """The largest token id of a (memory-mapped) array, read in chunks; -1 when empty."""
     top = -1
     for i in range(0, len(tokens), chunk):
-        top = max(top, int(tokens[i:i + chunk].max()))
+        top = max(top, int(tokens[i : i + chunk].max()))
     return top
 
 
@@ -65,17 +65,21 @@ def check_data(trainer) -> None:
     if c.data.tune_batches:
         need = c.data.val_batches * c.train.batch_size + 1  # the tune windows follow the val windows
         if n_val < need:
-            raise DataError(f"{d.path}: the validation split holds {n_val} windows of seq_len {c.data.seq_len}; "
-                            f"data.tune_batches needs more than data.val_batches × batch_size = {need - 1}; lower "
-                            "data.val_batches / data.tune_batches or prepare a larger --val-fraction")
+            raise DataError(
+                f"{d.path}: the validation split holds {n_val} windows of seq_len {c.data.seq_len}; "
+                f"data.tune_batches needs more than data.val_batches × batch_size = {need - 1}; lower "
+                "data.val_batches / data.tune_batches or prepare a larger --val-fraction"
+            )
     if trainer.resume:
         return  # the token scan ran in Trainer._setup (rundir.data_mismatch), before the data set the vocabulary
     for name, split in (("train", d.train), ("val", d.val)):
         top = _max_token(split)
         if top >= c.model.vocab_size:
-            raise DataError(f"{d.path}: {name}.bin holds token id {top}, but the vocabulary (meta.json "
-                            f"vocab_size) is {c.model.vocab_size}; the data is damaged or was prepared with "
-                            "another tokenizer: prepare it again")
+            raise DataError(
+                f"{d.path}: {name}.bin holds token id {top}, but the vocabulary (meta.json "
+                f"vocab_size) is {c.model.vocab_size}; the data is damaged or was prepared with "
+                "another tokenizer: prepare it again"
+            )
 
 
 def check_memory(trainer) -> None:
@@ -83,10 +87,12 @@ def check_memory(trainer) -> None:
     need = memory_estimate(trainer.cfg, trainer.micro_batch)
     have = machine_memory(trainer.device)
     if have is not None and need > have:
-        raise ConfigError(f"a training step needs about {_fmt_bytes(need)} (micro-batch {trainer.micro_batch} × "
-                          f"seq_len {trainer.cfg.data.seq_len}, {trainer.cfg.model.num_params():,} parameters), more "
-                          f"than this {trainer.device.type}'s {_fmt_bytes(have)}; lower train.batch_size (or set "
-                          "train.micro_batch_size), data.seq_len or the model size")
+        raise ConfigError(
+            f"a training step needs about {_fmt_bytes(need)} (micro-batch {trainer.micro_batch} × "
+            f"seq_len {trainer.cfg.data.seq_len}, {trainer.cfg.model.num_params():,} parameters), more "
+            f"than this {trainer.device.type}'s {_fmt_bytes(have)}; lower train.batch_size (or set "
+            "train.micro_batch_size), data.seq_len or the model size"
+        )
 
 
 def check_callbacks(trainer) -> None:

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 
 
 @dataclass
@@ -36,12 +36,16 @@ def setup(parallel: str, device: torch.device) -> DistInfo:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if parallel == "none":
         if world > 1:
-            raise ConfigError(f"launched with WORLD_SIZE={world} but train.parallel=none; set train.parallel=ddp or fsdp")
+            raise ConfigError(
+                f"launched with WORLD_SIZE={world} but train.parallel=none; set train.parallel=ddp or fsdp"
+            )
         return DistInfo()
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
     if missing:
-        raise ConfigError(f"train.parallel={parallel} needs a torchrun launch; missing environment variable(s): "
-                          f"{', '.join(missing)} (use: torchrun --nproc_per_node N -m smallinit train ...)")
+        raise ConfigError(
+            f"train.parallel={parallel} needs a torchrun launch; missing environment variable(s): "
+            f"{', '.join(missing)} (use: torchrun --nproc_per_node N -m smallinit train ...)"
+        )
     info = DistInfo(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"

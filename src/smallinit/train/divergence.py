@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from smallinit.checkpoint import latest_good_checkpoint
-from smallinit.errors import DivergenceError
-from smallinit.io import atomic_write_json
+from smallinit.core.errors import DivergenceError
+from smallinit.core.io import atomic_write_json
+from smallinit.runs.checkpoint import latest_good_checkpoint
 
 
 class DivergenceWatch:
@@ -52,24 +52,40 @@ class DivergenceWatch:
         c = t.cfg
         first = step - self.streak + 1
         kept = latest_good_checkpoint(t.run_dir) if t.dist.is_main else None
-        msg = (f"the loss diverged: above max(ln V, first-step loss) + {c.train.diverge_margin:g} = "
-               f"{self.threshold:.2f} for "
-               f"{self.streak} consecutive steps from step {first} (loss {loss:.4g} at step {step}); "
-               "stopped; " + (f"the newest checkpoint from before it is kept ({kept.name})" if kept else
-                              "no checkpoint was written before it") + "; lower optim.lr")
+        msg = (
+            f"the loss diverged: above max(ln V, first-step loss) + {c.train.diverge_margin:g} = "
+            f"{self.threshold:.2f} for "
+            f"{self.streak} consecutive steps from step {first} (loss {loss:.4g} at step {step}); "
+            "stopped; "
+            + (
+                f"the newest checkpoint from before it is kept ({kept.name})"
+                if kept
+                else "no checkpoint was written before it"
+            )
+            + "; lower optim.lr"
+        )
         write_diverged(t, "diverged", first, step, loss, self.threshold, msg)
         raise DivergenceError(msg)
 
 
-def write_diverged(trainer, kind: str, first: int, stopped: int, loss: float | None, threshold: float,
-                   message: str) -> None:
+def write_diverged(
+    trainer, kind: str, first: int, stopped: int, loss: float | None, threshold: float, message: str
+) -> None:
     """``diverged.json`` (rank 0): what stopped the run, where, the rule and the checkpoint a resume starts from."""
     if not trainer.dist.is_main:
         return
     good = latest_good_checkpoint(trainer.run_dir)
-    atomic_write_json(trainer.run_dir / "diverged.json", {
-        "kind": kind, "step": first, "stopped_at": stopped, "loss": loss if loss is None or math.isfinite(loss)
-        else None, "threshold": threshold,
-        "rule": f"loss > max(ln V, first-step loss) + {trainer.cfg.train.diverge_margin:g} for "
-                f"{trainer.cfg.train.diverge_steps} consecutive steps, or a non-finite loss/gradient",
-        "checkpoint": good.name if good else None, "message": message})
+    atomic_write_json(
+        trainer.run_dir / "diverged.json",
+        {
+            "kind": kind,
+            "step": first,
+            "stopped_at": stopped,
+            "loss": loss if loss is None or math.isfinite(loss) else None,
+            "threshold": threshold,
+            "rule": f"loss > max(ln V, first-step loss) + {trainer.cfg.train.diverge_margin:g} for "
+            f"{trainer.cfg.train.diverge_steps} consecutive steps, or a non-finite loss/gradient",
+            "checkpoint": good.name if good else None,
+            "message": message,
+        },
+    )

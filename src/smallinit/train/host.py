@@ -50,17 +50,20 @@ def keep_freed_memory() -> bool:
     global _applied
     mode = os.environ.get("SMALLINIT_MALLOC", "keep")
     if mode not in ("keep", "default"):
-        from smallinit.errors import ConfigError
+        from smallinit.core.errors import ConfigError
 
-        raise ConfigError(f"SMALLINIT_MALLOC={mode!r}: use 'keep' (reuse freed memory, the default) or 'default' "
-                          "(glibc's own thresholds)")
+        raise ConfigError(
+            f"SMALLINIT_MALLOC={mode!r}: use 'keep' (reuse freed memory, the default) or 'default' "
+            "(glibc's own thresholds)"
+        )
     if _applied is None:
         _applied = False
         if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc" and mode == "keep":
             try:
                 libc = ctypes.CDLL("libc.so.6")
-                _applied = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-                                and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+                _applied = bool(
+                    libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+                )
             except (OSError, AttributeError):
                 _applied = False
     return _applied
@@ -77,10 +80,12 @@ def flush_denormals() -> bool:
     earlier, with ``keep``, or on a CPU without SSE3)."""
     mode = os.environ.get("SMALLINIT_DENORMALS", "flush")
     if mode not in ("flush", "keep"):
-        from smallinit.errors import ConfigError
+        from smallinit.core.errors import ConfigError
 
-        raise ConfigError(f"SMALLINIT_DENORMALS={mode!r}: use 'flush' (subnormal floats become 0, the default) or "
-                          "'keep' (IEEE gradual underflow)")
+        raise ConfigError(
+            f"SMALLINIT_DENORMALS={mode!r}: use 'flush' (subnormal floats become 0, the default) or "
+            "'keep' (IEEE gradual underflow)"
+        )
     if mode == "keep" or not torch.set_flush_denormal(True):
         return False
     return denormals_flushed()
@@ -116,5 +121,11 @@ def restore_cpu_process(settings: dict[str, bool] | None) -> None:
         torch.set_flush_denormal(False)
 
 
-__all__ = ["denormals_flushed", "flush_denormals", "keep_freed_memory", "prepare_cpu_process", "restore_cpu_process",
-           "thread_flushes_denormals"]
+__all__ = [
+    "denormals_flushed",
+    "flush_denormals",
+    "keep_freed_memory",
+    "prepare_cpu_process",
+    "restore_cpu_process",
+    "thread_flushes_denormals",
+]

@@ -25,10 +25,11 @@ import os
 import secrets
 import string
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 
 LOGGERS: tuple[str, ...] = ("none", "tensorboard", "wandb")
 """The values ``train.logger`` accepts."""
@@ -94,8 +95,15 @@ def open_loggers(cfg: Any, run_dir: str | os.PathLike) -> list[MetricLogger]:
                 out.append(TensorBoardLogger(run_dir / "tb"))
             elif name == "wandb":
                 t = cfg.train
-                out.append(WandbLogger(run_dir, cfg.to_dict(), project=t.wandb_project,
-                                       name=t.wandb_run_name or None, entity=t.wandb_entity or None))
+                out.append(
+                    WandbLogger(
+                        run_dir,
+                        cfg.to_dict(),
+                        project=t.wandb_project,
+                        name=t.wandb_run_name or None,
+                        entity=t.wandb_entity or None,
+                    )
+                )
     except BaseException:
         close_all(out, 1)
         raise
@@ -108,8 +116,11 @@ def close_all(loggers: list[MetricLogger], exit_code: int = 0) -> None:
         try:
             lg.close(exit_code)
         except Exception as e:  # noqa: BLE001 - a tracker's failure must not hide how the run ended
-            print(f"warning: closing the {type(lg).__name__} failed: {str(e).splitlines()[0] if str(e) else e!r}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"warning: closing the {type(lg).__name__} failed: {str(e).splitlines()[0] if str(e) else e!r}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 class TensorBoardLogger:
@@ -131,7 +142,7 @@ class TensorBoardLogger:
 def wandb_run_id(run_dir: str | os.PathLike) -> str:
     """The run's stable W&B id, from ``RUN_DIR/wandb.json``; a new one is drawn and written when the file is missing
     (or unreadable)."""
-    from smallinit.io import atomic_write_json
+    from smallinit.core.io import atomic_write_json
 
     path = Path(run_dir) / WANDB_ID_FILE
     try:
@@ -153,20 +164,35 @@ class WandbLogger:
     logs again from its checkpoint up to there are the same numbers (resume is exact) and are skipped, as W&B's
     steps must increase."""
 
-    def __init__(self, run_dir: str | os.PathLike, config: dict[str, Any], project: str = "smallinit",
-                 name: str | None = None, entity: str | None = None):
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        config: dict[str, Any],
+        project: str = "smallinit",
+        name: str | None = None,
+        entity: str | None = None,
+    ):
         import wandb
 
         run_dir = Path(run_dir)
         self.id = wandb_run_id(run_dir)
         try:
-            self.run = wandb.init(project=project, entity=entity, name=name or run_dir.resolve().name,
-                                  dir=str(run_dir), config=config, id=self.id, resume="allow")
+            self.run = wandb.init(
+                project=project,
+                entity=entity,
+                name=name or run_dir.resolve().name,
+                dir=str(run_dir),
+                config=config,
+                id=self.id,
+                resume="allow",
+            )
         except Exception as e:  # noqa: BLE001 - no network, no API key, a server refusal: one line
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConfigError(f"train.logger=wandb: wandb.init failed ({first[:200]}); to log without a network set "
-                              f"WANDB_MODE=offline (upload later with `wandb sync {run_dir}/wandb/offline-run-*`); "
-                              f"continue with `smallinit train --resume {run_dir}`") from None
+            raise ConfigError(
+                f"train.logger=wandb: wandb.init failed ({first[:200]}); to log without a network set "
+                f"WANDB_MODE=offline (upload later with `wandb sync {run_dir}/wandb/offline-run-*`); "
+                f"continue with `smallinit train --resume {run_dir}`"
+            ) from None
         # the next W&B step of a resumed (online) run; 0 for a new or offline one
         self.first_step = 0
         if getattr(self.run, "resumed", False):
@@ -184,5 +210,16 @@ class WandbLogger:
         self.run.finish(exit_code=exit_code)
 
 
-__all__ = ["LOGGERS", "MetricLogger", "TensorBoardLogger", "WANDB_ID_FILE", "WandbLogger", "check_available",
-           "close_all", "open_loggers", "scalars", "selected", "wandb_run_id"]
+__all__ = [
+    "LOGGERS",
+    "MetricLogger",
+    "TensorBoardLogger",
+    "WANDB_ID_FILE",
+    "WandbLogger",
+    "check_available",
+    "close_all",
+    "open_loggers",
+    "scalars",
+    "selected",
+    "wandb_run_id",
+]

@@ -22,7 +22,7 @@ as first argument):
     validation     val_loss / tune_loss
     divergence     the divergence watch (max(ln V, L₁) + train.diverge_margin) and diverged.json
     signals        SIGINT/SIGTERM: the step in progress finishes, a checkpoint is written, and
-                   :class:`~smallinit.errors.Interrupted` is raised (``smallinit train`` then exits 130 / 143)
+                   :class:`~smallinit.core.errors.Interrupted` is raised (``smallinit train`` then exits 130 / 143)
     progress       the progress bar / line on stderr
     summary        summary.json
 
@@ -43,19 +43,20 @@ from typing import Any
 
 import torch
 
-from smallinit.device import resolve_device as _resolve_device
-from smallinit.errors import ConfigError, DataError, DivergenceError, Interrupted, RunDirError
+from smallinit.config import RunConfig, config_from_dict
+from smallinit.core.device import resolve_device as _resolve_device
+from smallinit.core.errors import ConfigError, DataError, DivergenceError, Interrupted, RunDirError
 from smallinit.model import ModelConfig, Transformer
 from smallinit.model.moe import update_expert_bias
-from smallinit.rundir import data_mismatch, run_data_path
+from smallinit.runs.rundir import data_mismatch, run_data_path
 from smallinit.train import distributed as dist_utils
 from smallinit.train.checkpointing import restore, save
 from smallinit.train.checks import check_callbacks, check_data, check_memory, machine_memory, memory_estimate
 from smallinit.train.compile import compile_module, resolve_compile
-from smallinit.train.config import RunConfig, config_from_dict
 from smallinit.train.divergence import DivergenceWatch
 from smallinit.train.host import prepare_cpu_process, restore_cpu_process
-from smallinit.train.loggers import check_available as check_loggers, close_all, open_loggers
+from smallinit.train.loggers import check_available as check_loggers
+from smallinit.train.loggers import close_all, open_loggers
 from smallinit.train.progress import Progress
 from smallinit.train.run_dir import RunLock, prepare_run_dir, write_run_files
 from smallinit.train.schedule import lr_at
@@ -63,8 +64,18 @@ from smallinit.train.signals import SAME_STOP_SECONDS, interrupt, should_stop, s
 from smallinit.train.summary import completed_summary, write_summary
 from smallinit.train.validation import eval_losses, evaluate
 
-__all__ = ["Progress", "RunLock", "SAME_STOP_SECONDS", "Trainer", "machine_memory", "memory_estimate", "param_groups",
-           "resolve_device", "resume", "train"]
+__all__ = [
+    "Progress",
+    "RunLock",
+    "SAME_STOP_SECONDS",
+    "Trainer",
+    "machine_memory",
+    "memory_estimate",
+    "param_groups",
+    "resolve_device",
+    "resume",
+    "train",
+]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -88,8 +99,14 @@ def param_groups(model: torch.nn.Module, weight_decay: float, decay_embeddings: 
 class Trainer:
     """Owns one run directory; ``run()`` trains to ``train.max_steps`` (resuming if asked) and returns a summary."""
 
-    def __init__(self, cfg: RunConfig | None, run_dir: str | os.PathLike, resume: bool = False,
-                 callbacks: list[Any] | None = None, max_steps: int | None = None):
+    def __init__(
+        self,
+        cfg: RunConfig | None,
+        run_dir: str | os.PathLike,
+        resume: bool = False,
+        callbacks: list[Any] | None = None,
+        max_steps: int | None = None,
+    ):
         """``max_steps`` (resume only) extends the run; a value below the run's own ``train.max_steps`` is a
         ConfigError (a run is never shortened: its schedule and summary belong to that budget)."""
         self.run_dir = Path(run_dir)
@@ -99,12 +116,14 @@ class Trainer:
             cfg_path = self.run_dir / "config.yaml"
             if not cfg_path.is_file():
                 raise RunDirError(f"{self.run_dir}: nothing to resume (no config.yaml)")
-            from smallinit.train.config import read_config_file
+            from smallinit.config import read_config_file
 
             raw = read_config_file(cfg_path)
             if not raw.get("model") or not raw.get("data"):  # a run always writes every section
-                raise RunDirError(f"{cfg_path}: has no model/data sections (emptied or truncated?); the newest "
-                                  f"checkpoint keeps a copy: see `smallinit doctor {self.run_dir}`")
+                raise RunDirError(
+                    f"{cfg_path}: has no model/data sections (emptied or truncated?); the newest "
+                    f"checkpoint keeps a copy: see `smallinit doctor {self.run_dir}`"
+                )
             cfg = config_from_dict(raw)
             # the parallel mode belongs to the launch, not the run: a DDP/FSDP run resumes in one process
             # (full-state-dict checkpoints load at any world size) and a single-process run under torchrun
@@ -119,8 +138,10 @@ class Trainer:
             if not resume:
                 raise ConfigError("max_steps goes with resume; for a new run set train.max_steps")
             if max_steps < cfg.train.max_steps:
-                raise ConfigError(f"--max-steps {max_steps} is below the run's train.max_steps "
-                                  f"{cfg.train.max_steps}; --max-steps only extends a run")
+                raise ConfigError(
+                    f"--max-steps {max_steps} is below the run's train.max_steps "
+                    f"{cfg.train.max_steps}; --max-steps only extends a run"
+                )
             cfg.train.max_steps = max_steps
         self.cfg = cfg
         # where the tokens are: data.path as written, resolved against the run's launch folder on resume (a relative
@@ -172,8 +193,9 @@ class Trainer:
         W = self.dist.world_size
         mb = c.train.micro_batch_size or c.train.batch_size // W
         if c.train.batch_size % W or mb <= 0 or c.train.batch_size % (W * mb):
-            raise ConfigError(f"train.batch_size={c.train.batch_size} must be divisible by world_size={W} × "
-                              f"micro_batch_size={mb}")
+            raise ConfigError(
+                f"train.batch_size={c.train.batch_size} must be divisible by world_size={W} × micro_batch_size={mb}"
+            )
         self.micro_batch = mb
         self.accum = c.train.batch_size // (W * mb)
 
@@ -207,12 +229,15 @@ class Trainer:
         # built after wrapping: under FSDP2 the optimizer must see the sharded (DTensor) parameters.
         # fused AdamW is ~8x faster than foreach on CPU (benchmarks/throughput.py).
         self.optimizer = torch.optim.AdamW(
-            param_groups(model, c.optim.weight_decay, c.optim.decay_embeddings), lr=c.optim.lr,
-            betas=tuple(c.optim.betas), eps=c.optim.eps, fused=True)
+            param_groups(model, c.optim.weight_decay, c.optim.decay_embeddings),
+            lr=c.optim.lr,
+            betas=tuple(c.optim.betas),
+            eps=c.optim.eps,
+            fused=True,
+        )
         # train.compile "auto": on only where the run repays the compile (rule and measurement: train/compile.py)
         self.compiled = resolve_compile(c.train.compile, self.device, c.train.max_steps, c.model.moe.enabled)
         self.forward = compile_module(self.wrapped) if self.compiled else self.wrapped
-
 
     def save(self) -> Path | None:
         """Write a checkpoint of the current step (collective under FSDP; rank 0 writes; train/checkpointing.py)."""
@@ -276,8 +301,10 @@ class Trainer:
         loss_v, aux_v, gn = stats[0].item(), stats[1].item(), grad_norm.item()
         if not math.isfinite(loss_v) or not math.isfinite(gn):
             what = "loss" if not math.isfinite(loss_v) else "gradient norm"
-            raise DivergenceError(f"non-finite {what} at step {self.step + 1} (loss={loss_v}, grad_norm={gn}); "
-                                  f"stopped before the optimizer step; the last good checkpoint is kept")
+            raise DivergenceError(
+                f"non-finite {what} at step {self.step + 1} (loss={loss_v}, grad_norm={gn}); "
+                f"stopped before the optimizer step; the last good checkpoint is kept"
+            )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if c.model.moe.enabled and c.model.moe.bias_update_rate > 0:  # MoE aux-loss-free balancing
@@ -317,8 +344,9 @@ class Trainer:
         c = self.cfg
         main = self.dist.is_main
         metrics_f = open(self.run_dir / "metrics.jsonl", "a") if main else None
-        bar = Progress(c.train.max_steps, self.step, enabled=c.train.progress and main,
-                       seconds=c.train.progress_seconds)
+        bar = Progress(
+            c.train.max_steps, self.step, enabled=c.train.progress and main, seconds=c.train.progress_seconds
+        )
         watch = DivergenceWatch(self)  # the divergence line and the streak of steps above it (train/divergence.py)
         self.model.train()
         self._callbacks("on_train_start")
@@ -354,8 +382,15 @@ class Trainer:
                 watch.observe(s, out["loss"])
                 if s % c.train.log_every == 0 or is_last or s % c.train.eval_every == 0 or watch.diverged:
                     tps = interval_steps * tokens_per_step / max(interval_time, 1e-9)
-                    record = {"step": s, "tokens": self.tokens_seen, "loss": out["loss"], "lr": out["lr"],
-                              "grad_norm": out["grad_norm"], "tokens_per_s": tps, "gflops_per_s": tps * flops_tok / 1e9}
+                    record = {
+                        "step": s,
+                        "tokens": self.tokens_seen,
+                        "loss": out["loss"],
+                        "lr": out["lr"],
+                        "grad_norm": out["grad_norm"],
+                        "tokens_per_s": tps,
+                        "gflops_per_s": tps * flops_tok / 1e9,
+                    }
                     if self.model_cfg.moe.enabled:
                         record["aux_loss"] = out["aux_loss"]
                     interval_time, interval_steps = 0.0, 0
@@ -403,6 +438,8 @@ def train(cfg: RunConfig, run_dir: str | os.PathLike, callbacks: list[Any] | Non
     return Trainer(cfg, run_dir, callbacks=callbacks).run()
 
 
-def resume(run_dir: str | os.PathLike, callbacks: list[Any] | None = None, max_steps: int | None = None) -> dict[str, Any]:
+def resume(
+    run_dir: str | os.PathLike, callbacks: list[Any] | None = None, max_steps: int | None = None
+) -> dict[str, Any]:
     """Continue the run in ``run_dir`` from its last good checkpoint (optionally to a new ``max_steps``)."""
     return Trainer(None, run_dir, resume=True, callbacks=callbacks, max_steps=max_steps).run()

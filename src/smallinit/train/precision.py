@@ -51,9 +51,10 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 DTYPES = ("auto", "fp32", "bf16")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -96,6 +97,7 @@ class Decision:
 
 
 # ---- the machine ------------------------------------------------------------------------------------------
+
 
 def parse_cpu_flags(cpuinfo: str) -> frozenset[str]:
     """The ``flags`` of the first processor in /proc/cpuinfo text (empty when there is none)."""
@@ -148,11 +150,18 @@ def machine_key(device, flags: Iterable[str] = (), threads: int | None = None) -
     key: dict[str, Any] = {"torch": torch.__version__, "threads": threads or torch.get_num_threads()}
     if getattr(device, "type", device) == "cuda":
         idx = device.index if getattr(device, "index", None) is not None else torch.cuda.current_device()
-        key.update(device="cuda", name=torch.cuda.get_device_name(idx),
-                   capability=list(torch.cuda.get_device_capability(idx)), cuda=torch.version.cuda)
+        key.update(
+            device="cuda",
+            name=torch.cuda.get_device_name(idx),
+            capability=list(torch.cuda.get_device_capability(idx)),
+            cuda=torch.version.cuda,
+        )
     else:
-        key.update(device=str(getattr(device, "type", device)), cpu=cpu_model(),
-                   flags=hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:16])
+        key.update(
+            device=str(getattr(device, "type", device)),
+            cpu=cpu_model(),
+            flags=hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:16],
+        )
     return key
 
 
@@ -160,10 +169,19 @@ def shape_key(model_cfg, micro_batch: int, seq_len: int) -> dict[str, Any]:
     """The model's compute shape (not its init scale, ε or gate: arms of one comparison share a decision)."""
     m = model_cfg
     moe = m.moe
-    return {"vocab": m.vocab_size, "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads,
-            "n_kv_heads": m.n_kv_heads, "d_ff": m.d_ff, "norm": m.norm, "tied": m.tie_embeddings,
-            "moe": [moe.n_experts, moe.top_k, moe.n_shared_experts, moe.d_expert, moe.every] if moe.enabled else None,
-            "batch": int(micro_batch), "seq_len": int(seq_len)}
+    return {
+        "vocab": m.vocab_size,
+        "d_model": m.d_model,
+        "n_layers": m.n_layers,
+        "n_heads": m.n_heads,
+        "n_kv_heads": m.n_kv_heads,
+        "d_ff": m.d_ff,
+        "norm": m.norm,
+        "tied": m.tie_embeddings,
+        "moe": [moe.n_experts, moe.top_k, moe.n_shared_experts, moe.d_expert, moe.every] if moe.enabled else None,
+        "batch": int(micro_batch),
+        "seq_len": int(seq_len),
+    }
 
 
 def cache_key(machine: dict[str, Any], shape: dict[str, Any]) -> str:
@@ -171,6 +189,7 @@ def cache_key(machine: dict[str, Any], shape: dict[str, Any]) -> str:
 
 
 # ---- the cache --------------------------------------------------------------------------------------------
+
 
 def cache_dir() -> Path:
     """``$SMALLINIT_CACHE``, else ``$XDG_CACHE_HOME/smallinit``, else ``~/.cache/smallinit``."""
@@ -220,7 +239,7 @@ def _locked(path: Path | None):
 def write_cache_entry(path: Path, key: str, entry: dict[str, Any]) -> bool:
     """Add ``entry`` under ``key`` (re-reading the file first), atomically; False when it cannot be written (a
     read-only home: the run goes on, the next one measures again)."""
-    from smallinit.io import atomic_write_json
+    from smallinit.core.io import atomic_write_json
 
     try:
         d = read_cache(path)
@@ -233,8 +252,9 @@ def write_cache_entry(path: Path, key: str, entry: dict[str, Any]) -> bool:
 
 # ---- the decision -----------------------------------------------------------------------------------------
 
+
 def choose(fp32_s: float, bf16_s: float, min_speedup: float = MIN_SPEEDUP) -> str:
-    """"bf16" when its step is at least ``min_speedup`` × faster than float32's, else "fp32"."""
+    """ "bf16" when its step is at least ``min_speedup`` × faster than float32's, else "fp32"."""
     return "bf16" if bf16_s > 0 and fp32_s / bf16_s >= min_speedup else "fp32"
 
 
@@ -242,10 +262,19 @@ def _fmt_s(s: float) -> str:
     return f"{s * 1e3:.0f} ms" if s < 10 else f"{s:.1f} s"
 
 
-def decide(setting: str, device_type: str, *, flags: Iterable[str] = (), cuda_bf16: bool = False,
-           measure: Callable[[], tuple[float, float]] | None = None, key: str | None = None,
-           cache_file: Path | None = None, shape_text: str = "", info: dict[str, Any] | None = None,
-           now: Callable[[], float] = time.time) -> Decision:
+def decide(
+    setting: str,
+    device_type: str,
+    *,
+    flags: Iterable[str] = (),
+    cuda_bf16: bool = False,
+    measure: Callable[[], tuple[float, float]] | None = None,
+    key: str | None = None,
+    cache_file: Path | None = None,
+    shape_text: str = "",
+    info: dict[str, Any] | None = None,
+    now: Callable[[], float] = time.time,
+) -> Decision:
     """The dtype for ``setting`` on ``device_type`` (pure apart from the cache file; the tests fake every input).
 
     ``measure()`` → (fp32 seconds, bf16 seconds) of one step; it is called only when the device has native bf16 and
@@ -260,8 +289,9 @@ def decide(setting: str, device_type: str, *, flags: Iterable[str] = (), cuda_bf
         return Decision("fp32", "auto", f"auto: {why}")
     with _locked(cache_file if key else None):
         entry = read_cache(cache_file).get(key) if cache_file is not None and key else None
-        cached = isinstance(entry, dict) and all(isinstance(entry.get(k), (int, float)) and entry[k] > 0
-                                                 for k in ("fp32_s", "bf16_s"))
+        cached = isinstance(entry, dict) and all(
+            isinstance(entry.get(k), (int, float)) and entry[k] > 0 for k in ("fp32_s", "bf16_s")
+        )
         if cached:
             fp32_s, bf16_s = float(entry["fp32_s"]), float(entry["bf16_s"])
         else:
@@ -269,24 +299,36 @@ def decide(setting: str, device_type: str, *, flags: Iterable[str] = (), cuda_bf
                 raise ValueError("decide: no cached measurement and nothing to measure with")
             fp32_s, bf16_s = measure()
             if cache_file is not None and key:
-                write_cache_entry(cache_file, key, {"fp32_s": fp32_s, "bf16_s": bf16_s, "measured_at":
-                                                    time.strftime("%Y-%m-%d %H:%M", time.gmtime(now())),
-                                                    **(info or {})})
+                write_cache_entry(
+                    cache_file,
+                    key,
+                    {
+                        "fp32_s": fp32_s,
+                        "bf16_s": bf16_s,
+                        "measured_at": time.strftime("%Y-%m-%d %H:%M", time.gmtime(now())),
+                        **(info or {}),
+                    },
+                )
     dtype = choose(fp32_s, bf16_s)
     ratio = fp32_s / bf16_s if bf16_s > 0 else float("nan")
     when = f"cached, measured {entry.get('measured_at', '?')} UTC" if cached else "measured now"
     where = f" at {shape_text}" if shape_text else ""
-    verdict = (f"bf16 ×{ratio:.2f} faster" if dtype == "bf16" else
-               f"bf16 ×{ratio:.2f}, below the ×{MIN_SPEEDUP:g} needed")
-    reason = (f"auto: {why}; a forward+backward step{where} took {_fmt_s(bf16_s)} in bf16 autocast vs "
-              f"{_fmt_s(fp32_s)} in fp32, {verdict} ({when})")
+    verdict = (
+        f"bf16 ×{ratio:.2f} faster" if dtype == "bf16" else f"bf16 ×{ratio:.2f}, below the ×{MIN_SPEEDUP:g} needed"
+    )
+    reason = (
+        f"auto: {why}; a forward+backward step{where} took {_fmt_s(bf16_s)} in bf16 autocast vs "
+        f"{_fmt_s(fp32_s)} in fp32, {verdict} ({when})"
+    )
     return Decision(dtype, "auto", reason, fp32_s, bf16_s, cached)
 
 
 # ---- the measurement --------------------------------------------------------------------------------------
 
-def measure_step_seconds(model_cfg, batch: int, seq_len: int, device, steps: int = MEASURE_STEPS
-                         ) -> tuple[float, float]:
+
+def measure_step_seconds(
+    model_cfg, batch: int, seq_len: int, device, steps: int = MEASURE_STEPS
+) -> tuple[float, float]:
     """Median seconds of a forward + backward step of ``model_cfg``'s model on random tokens (batch × seq_len) in
     float32 and under bf16 autocast, the dtypes taking turns; the global RNG is restored afterwards."""
     import copy
@@ -318,14 +360,20 @@ def measure_step_seconds(model_cfg, batch: int, seq_len: int, device, steps: int
         step("fp32"), step("bf16")  # warm-up (allocations, kernel selection)
         times: dict[str, list[float]] = {"fp32": [], "bf16": []}
         for r in range(max(1, steps)):
-            for d in (("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32")):
+            for d in ("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32"):
                 times[d].append(step(d))
-        del model
     return statistics.median(times["fp32"]), statistics.median(times["bf16"])
 
 
-def resolve(setting: str, model_cfg, micro_batch: int, seq_len: int, device, *,
-            measure: Callable[[], tuple[float, float]] | None = None) -> Decision:
+def resolve(
+    setting: str,
+    model_cfg,
+    micro_batch: int,
+    seq_len: int,
+    device,
+    *,
+    measure: Callable[[], tuple[float, float]] | None = None,
+) -> Decision:
     """:func:`decide` for a run on this machine: its flags, the cache folder, :func:`measure_step_seconds`."""
     import torch
 
@@ -339,22 +387,33 @@ def resolve(setting: str, model_cfg, micro_batch: int, seq_len: int, device, *,
         return decide(setting, device.type, flags=flags, cuda_bf16=cuda_bf16)
     machine, shape = machine_key(device, flags), shape_key(model_cfg, micro_batch, seq_len)
     if measure is None:
+
         def measure():
             return measure_step_seconds(model_cfg, micro_batch, seq_len, device)
-    return decide(setting, device.type, flags=flags, cuda_bf16=cuda_bf16, measure=measure,
-                  key=cache_key(machine, shape), cache_file=cache_path(), info={"machine": machine, "shape": shape},
-                  shape_text=f"B {micro_batch} × T {seq_len}")
+
+    return decide(
+        setting,
+        device.type,
+        flags=flags,
+        cuda_bf16=cuda_bf16,
+        measure=measure,
+        key=cache_key(machine, shape),
+        cache_file=cache_path(),
+        info={"machine": machine, "shape": shape},
+        shape_text=f"B {micro_batch} × T {seq_len}",
+    )
 
 
 # ---- a run's own dtype ------------------------------------------------------------------------------------
+
 
 def kept_dtype(run_dir: str | os.PathLike) -> Decision | None:
     """The dtype a run directory already trained in: its newest checkpoint's config (a concrete value), with the
     reason recorded in origin.json when there is one; None when no checkpoint holds one."""
     import yaml
 
-    from smallinit.checkpoint import list_checkpoints
-    from smallinit.rundir import ORIGIN, read_json
+    from smallinit.runs.checkpoint import list_checkpoints
+    from smallinit.runs.rundir import ORIGIN, read_json
 
     for ckpt in reversed(list_checkpoints(run_dir)):
         try:
@@ -373,14 +432,20 @@ def resumed(dtype: str, origin: dict[str, Any] | None, source: str = "config.yam
     return Decision(dtype, "resumed", f"kept from the run's {source}" + (f"; at its start: {why}" if why else ""))
 
 
-def for_run(cfg, device, micro_batch: int, run_dir: str | os.PathLike, resume: bool,
-            measure: Callable[[], tuple[float, float]] | None = None) -> Decision:
+def for_run(
+    cfg,
+    device,
+    micro_batch: int,
+    run_dir: str | os.PathLike,
+    resume: bool,
+    measure: Callable[[], tuple[float, float]] | None = None,
+) -> Decision:
     """The decision of a Trainer's run. A resumed run keeps its dtype: ``config.yaml``'s concrete value, or — where it
     says "auto" (a branch laid out from a trunk's checkpoint) — its newest checkpoint's; only a run that has trained
     nothing yet decides. Under torch.distributed rank 0 decides and every rank takes its answer."""
     import torch.distributed as dist
 
-    from smallinit.rundir import ORIGIN, read_json
+    from smallinit.runs.rundir import ORIGIN, read_json
 
     setting = cfg.train.dtype
     decision = None
@@ -401,13 +466,34 @@ def for_run(cfg, device, micro_batch: int, run_dir: str | os.PathLike, resume: b
     return resolve(setting, cfg.model, micro_batch, cfg.data.seq_len, device, measure=measure)
 
 
-__all__ = ["CACHE_FILE", "DTYPES", "Decision", "MIN_SPEEDUP", "NATIVE_BF16_FLAGS", "cache_dir", "cache_key",
-           "cache_path", "choose", "cpu_flags", "decide", "for_run", "kept_dtype", "machine_key",
-           "measure_step_seconds", "native_bf16", "parse_cpu_flags", "read_cache", "resolve", "resumed", "shape_key",
-           "write_cache_entry"]
+__all__ = [
+    "CACHE_FILE",
+    "DTYPES",
+    "Decision",
+    "MIN_SPEEDUP",
+    "NATIVE_BF16_FLAGS",
+    "cache_dir",
+    "cache_key",
+    "cache_path",
+    "choose",
+    "cpu_flags",
+    "decide",
+    "for_run",
+    "kept_dtype",
+    "machine_key",
+    "measure_step_seconds",
+    "native_bf16",
+    "parse_cpu_flags",
+    "read_cache",
+    "resolve",
+    "resumed",
+    "shape_key",
+    "write_cache_entry",
+]
 
 
 # ---- loss parity: may claim runs train in bf16? ------------------------------------------------------------
+
 
 def loss_parity(losses: dict[str, dict[str, dict[int, float]]], baseline: str, variant: str) -> dict[str, Any]:
     """The bf16-vs-fp32 parity of a claim comparison (issue 31): ``losses[arm][dtype][seed]`` final val losses.
@@ -422,25 +508,36 @@ def loss_parity(losses: dict[str, dict[str, dict[int, float]]], baseline: str, v
     - otherwise → **not resolved** (too few seeds to tell; claim runs stay float32).
 
     Needs ≥ 2 seeds present in all four cells (``decision`` is "not measured" otherwise)."""
-    from smallinit.stats import paired_t_interval
+    from smallinit.core.stats import paired_t_interval
 
     cells = [(a, d) for a in (baseline, variant) for d in ("fp32", "bf16")]
     for a, d in cells:
         if not losses.get(a, {}).get(d):
             raise ValueError(f"no {d} losses for arm {a!r}")
     seeds = sorted(set.intersection(*(set(losses[a][d]) for a, d in cells)))
-    per_arm = {a: paired_t_interval([losses[a]["bf16"][s] - losses[a]["fp32"][s] for s in seeds]).to_dict()
-               for a in (baseline, variant)}
-    gap = {d: paired_t_interval([losses[baseline][d][s] - losses[variant][d][s] for s in seeds]).to_dict()
-           for d in ("fp32", "bf16")}
-    dg = paired_t_interval([(losses[baseline]["bf16"][s] - losses[variant]["bf16"][s])
-                            - (losses[baseline]["fp32"][s] - losses[variant]["fp32"][s]) for s in seeds])
+    per_arm = {
+        a: paired_t_interval([losses[a]["bf16"][s] - losses[a]["fp32"][s] for s in seeds]).to_dict()
+        for a in (baseline, variant)
+    }
+    gap = {
+        d: paired_t_interval([losses[baseline][d][s] - losses[variant][d][s] for s in seeds]).to_dict()
+        for d in ("fp32", "bf16")
+    }
+    dg = paired_t_interval(
+        [
+            (losses[baseline]["bf16"][s] - losses[variant]["bf16"][s])
+            - (losses[baseline]["fp32"][s] - losses[variant]["fp32"][s])
+            for s in seeds
+        ]
+    )
     if dg.lo is None:
         decision, why = "not measured", f"{len(seeds)} seed(s) in all four cells: no interval"
     elif dg.lo > 0 or dg.hi < 0:
         decision = "fp32 for claim runs"
-        why = (f"bf16 moves the gap by {dg.value:+.4f} [{dg.lo:+.4f}, {dg.hi:+.4f}] nats, beyond seed noise: "
-               "`auto` stays float32 for the runs that decide a claim")
+        why = (
+            f"bf16 moves the gap by {dg.value:+.4f} [{dg.lo:+.4f}, {dg.hi:+.4f}] nats, beyond seed noise: "
+            "`auto` stays float32 for the runs that decide a claim"
+        )
     else:
         g = gap["fp32"]
         h = (g["hi"] - g["lo"]) / 2
@@ -450,7 +547,15 @@ def loss_parity(losses: dict[str, dict[str, dict[int, float]]], baseline: str, v
             why = f"{moved}, inside ±{h:.4f} (the seed noise of G in fp32, {len(seeds)} seeds)"
         else:
             decision = "not resolved"
-            why = (f"{moved}: holds 0 but reaches beyond ±{h:.4f} (the seed noise of G in fp32); more seeds would "
-                   "tell, and claim runs stay float32 until then")
-    return {"seeds": seeds, "per_arm": per_arm, "gap": gap, "gap_change": dg.to_dict(), "decision": decision,
-            "reason": why}
+            why = (
+                f"{moved}: holds 0 but reaches beyond ±{h:.4f} (the seed noise of G in fp32); more seeds would "
+                "tell, and claim runs stay float32 until then"
+            )
+    return {
+        "seeds": seeds,
+        "per_arm": per_arm,
+        "gap": gap,
+        "gap_change": dg.to_dict(),
+        "decision": decision,
+        "reason": why,
+    }

@@ -34,8 +34,7 @@ class Progress:
             self.bar.update(1)
             return
         now = time.time()
-        due = (self.last is None or step == self.total or "val_loss" in record
-               or now - self.last >= self.seconds)
+        due = self.last is None or step == self.total or "val_loss" in record or now - self.last >= self.seconds
         if not due:
             return
         self.last = now
@@ -44,8 +43,12 @@ class Progress:
         eta = el / done * (self.total - step) if done > 0 else float("nan")
         val = f" val {record['val_loss']:.4f}" if "val_loss" in record else ""
         tps = f" tok/s {record['tokens_per_s']:.0f}" if "tokens_per_s" in record else ""
-        print(f"step {step}/{self.total} ({100 * step / max(self.total, 1):.0f}%) loss {loss:.4f}{val}{tps} "
-              f"elapsed {_hms(el)} eta {_hms(eta)}", file=self.stream, flush=True)
+        print(
+            f"step {step}/{self.total} ({100 * step / max(self.total, 1):.0f}%) loss {loss:.4f}{val}{tps} "
+            f"elapsed {_hms(el)} eta {_hms(eta)}",
+            file=self.stream,
+            flush=True,
+        )
 
     def close(self) -> None:
         if self.bar is not None:

@@ -1,7 +1,7 @@
 """The run directory from the trainer's side, before the first step: the lock that keeps a second process off the
 run (:class:`RunLock`), the folder itself under the output-folder policy (:func:`prepare_run_dir`) and the files
 written at the start (:func:`write_run_files`: ``config.yaml``, ``origin.json``, ``tokenizer.json``). Reading a run
-directory is :mod:`smallinit.rundir`."""
+directory is :mod:`smallinit.runs.rundir`."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import os
 import sys
 from pathlib import Path
 
-from smallinit.errors import ConfigError, RunDirError
-from smallinit.io import atomic_write_json, atomic_write_text
-from smallinit.rundir import ORIGIN
+from smallinit.config import save_config
+from smallinit.core.errors import ConfigError, RunDirError
+from smallinit.core.io import atomic_write_json, atomic_write_text
+from smallinit.runs.rundir import ORIGIN
 from smallinit.train import distributed as dist_utils
-from smallinit.train.config import save_config
 
 
 class RunLock:
@@ -24,7 +24,7 @@ class RunLock:
         self.path = run_dir / ".lock"
         self.fd: int | None = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -32,8 +32,10 @@ class RunLock:
             other = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(self.fd)
             self.fd = None
-            raise RunDirError(f"{self.path.parent} is in use by another process (pid {other}); "
-                              "wait for it or choose another directory") from None
+            raise RunDirError(
+                f"{self.path.parent} is in use by another process (pid {other}); "
+                "wait for it or choose another directory"
+            ) from None
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, str(os.getpid()).encode(), 0)
         return self
@@ -56,9 +58,9 @@ def prepare_run_dir(trainer) -> None:
 
 
 def _check_out_dir(trainer) -> None:
-    """The output-folder policy (:mod:`smallinit.outputs`) for a new run: RUN_DIR absent or empty, never
+    """The output-folder policy (:mod:`smallinit.core.outputs`) for a new run: RUN_DIR absent or empty, never
     the data folder (or inside it, or holding it), never a folder that holds something else."""
-    from smallinit.outputs import check_out_dir
+    from smallinit.core.outputs import check_out_dir
 
     try:
         check_out_dir(trainer.run_dir, "run", inputs=[trainer.cfg.data.path], verb="train", has_force=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from smallinit.train.config import OptimConfig
+from smallinit.config import OptimConfig
 
 
 def lr_at(step: int, max_steps: int, cfg: OptimConfig) -> float:

@@ -1,5 +1,5 @@
 """Graceful interrupts: on SIGINT/SIGTERM the step in progress finishes, a checkpoint is written, and
-:class:`~smallinit.errors.Interrupted` is raised (``smallinit train`` then exits 130 / 143 with one line).
+:class:`~smallinit.core.errors.Interrupted` is raised (``smallinit train`` then exits 130 / 143 with one line).
 
 :func:`stop_signals` installs the handlers around the loop (they set ``trainer._stop_signal``), :func:`should_stop`
 is asked at each step boundary (every rank stops at the same step) and :func:`interrupt` saves and raises."""
@@ -13,9 +13,8 @@ import time
 
 import torch
 
-from smallinit.checkpoint import list_checkpoints
-from smallinit.errors import Interrupted
-
+from smallinit.core.errors import Interrupted
+from smallinit.runs.checkpoint import list_checkpoints
 
 SAME_STOP_SECONDS = 2.0
 """A second stop signal this soon after the first is the same request (:func:`stop_signals`)."""
@@ -69,8 +68,15 @@ def interrupt(trainer, streak: int) -> None:
     if saved is None and streak == 0:
         saved = trainer.save()
     name = signal.Signals(signum).name
-    where = (f"checkpoint saved at step {trainer.step} ({saved})" if saved is not None else
-             "no checkpoint written (loss above the divergence line); resume starts from the last one")
-    raise Interrupted(f"interrupted by {name} at step {trainer.step}: {where}; continue with "
-                      f"`smallinit train --resume {trainer.run_dir}`", int(signum), trainer.step,
-                      str(saved) if saved else None)
+    where = (
+        f"checkpoint saved at step {trainer.step} ({saved})"
+        if saved is not None
+        else "no checkpoint written (loss above the divergence line); resume starts from the last one"
+    )
+    raise Interrupted(
+        f"interrupted by {name} at step {trainer.step}: {where}; continue with "
+        f"`smallinit train --resume {trainer.run_dir}`",
+        int(signum),
+        trainer.step,
+        str(saved) if saved else None,
+    )

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from smallinit.checkpoint import latest_good_checkpoint
-from smallinit.io import atomic_write_json, read_jsonl
+from smallinit.core.io import atomic_write_json, read_jsonl
+from smallinit.runs.checkpoint import latest_good_checkpoint
 
 
 def write_summary(trainer, last_record: dict[str, Any], val_loss: float | None) -> dict[str, Any]:
@@ -15,11 +15,19 @@ def write_summary(trainer, last_record: dict[str, Any], val_loss: float | None) 
     ``val_loss``: the last evaluated); rank 0 writes it as ``summary.json`` and removes a ``diverged.json`` left by
     an earlier stop. Returns it."""
     c, model = trainer.cfg, trainer.model
-    summary = {"completed": True, "step": trainer.step, "tokens": trainer.tokens_seen,
-               "final_loss": last_record.get("loss"), "final_val_loss": val_loss, "wall_time": trainer.wall_time(),
-               "params": model.num_params(), "non_embedding_params": model.num_params(non_embedding=True),
-               "active_params": model.num_params(active=True), "dtype": c.train.dtype,
-               "dtype_reason": trainer.dtype_decision.reason}
+    summary = {
+        "completed": True,
+        "step": trainer.step,
+        "tokens": trainer.tokens_seen,
+        "final_loss": last_record.get("loss"),
+        "final_val_loss": val_loss,
+        "wall_time": trainer.wall_time(),
+        "params": model.num_params(),
+        "non_embedding_params": model.num_params(non_embedding=True),
+        "active_params": model.num_params(active=True),
+        "dtype": c.train.dtype,
+        "dtype_reason": trainer.dtype_decision.reason,
+    }
     summary = fill_summary(trainer, summary)
     if trainer.dist.is_main:
         atomic_write_json(trainer.run_dir / "summary.json", summary)
@@ -40,8 +48,14 @@ def fill_summary(trainer, summary: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for k, v in summary.items():
         if v is None and k in logged:
-            v = next((r[logged[k]] for r in reversed(recs)
-                      if isinstance(r.get(logged[k]), (int, float)) and r.get("step", 0) <= trainer.step), None)
+            v = next(
+                (
+                    r[logged[k]]
+                    for r in reversed(recs)
+                    if isinstance(r.get(logged[k]), (int, float)) and r.get("step", 0) <= trainer.step
+                ),
+                None,
+            )
         if v is None:
             v = prev.get(k)
         if v is not None:
@@ -57,8 +71,12 @@ def completed_summary(trainer) -> dict[str, Any] | None:
         s = json.loads((trainer.run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-    if not (isinstance(s, dict) and s.get("completed") and isinstance(s.get("step"), int)
-            and s["step"] >= trainer.cfg.train.max_steps):
+    if not (
+        isinstance(s, dict)
+        and s.get("completed")
+        and isinstance(s.get("step"), int)
+        and s["step"] >= trainer.cfg.train.max_steps
+    ):
         return None
     good = latest_good_checkpoint(trainer.run_dir)
     if good is None or int(good.name[5:]) != s["step"]:

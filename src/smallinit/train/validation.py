@@ -17,9 +17,13 @@ def evaluate(trainer, n_batches: int | None = None, skip_batches: int = 0) -> fl
     n = c.data.val_batches if n_batches is None else n_batches
     trainer.wrapped.eval()
     total = torch.zeros(2, dtype=torch.float64, device=trainer.device)
-    it = val_batches(trainer.data.val, c.data.seq_len, trainer.micro_batch,
-                     max_batches=(skip_batches + n) * (c.train.batch_size // trainer.micro_batch),
-                     bos_id=trainer.bos_id)
+    it = val_batches(
+        trainer.data.val,
+        c.data.seq_len,
+        trainer.micro_batch,
+        max_batches=(skip_batches + n) * (c.train.batch_size // trainer.micro_batch),
+        bos_id=trainer.bos_id,
+    )
     per = c.train.batch_size // trainer.micro_batch
     for i, (x, y) in enumerate(it):
         if i < skip_batches * per or i % trainer.dist.world_size != trainer.dist.rank:
@@ -32,11 +36,13 @@ def evaluate(trainer, n_batches: int | None = None, skip_batches: int = 0) -> fl
         torch.distributed.all_reduce(total)
     trainer.wrapped.train()
     if total[1].item() == 0:
-        from smallinit.errors import DataError
+        from smallinit.core.errors import DataError
 
-        raise DataError(f"the validation split of {trainer.data_path} has no windows for batches "
-                        f"{skip_batches}..{skip_batches + n - 1} at seq_len {c.data.seq_len}; "
-                        "lower data.val_batches / data.tune_batches or prepare a larger --val-fraction")
+        raise DataError(
+            f"the validation split of {trainer.data_path} has no windows for batches "
+            f"{skip_batches}..{skip_batches + n - 1} at seq_len {c.data.seq_len}; "
+            "lower data.val_batches / data.tune_batches or prepare a larger --val-fraction"
+        )
     return (total[0] / total[1]).item()
 
 

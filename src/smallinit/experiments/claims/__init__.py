@@ -29,8 +29,16 @@ import pkgutil
 import re
 from types import ModuleType
 
-from smallinit.experiments.claims.rules import (INCONCLUSIVE, NOT_RUN, NOT_SUPPORTED, RULE, SUPPORTED, VERDICTS, Effect,
-                                                Verdict)
+from smallinit.experiments.claims.rules import (
+    INCONCLUSIVE,
+    NOT_RUN,
+    NOT_SUPPORTED,
+    RULE,
+    SUPPORTED,
+    VERDICTS,
+    Effect,
+    Verdict,
+)
 
 _MODULE = re.compile(r"^c\d+_\w+$")
 REQUIRED = ("ID", "CLAIM", "arms", "judge", "analyse")
@@ -62,5 +70,16 @@ def __getattr__(name: str) -> dict[int, str]:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CLAIMS", "Effect", "INCONCLUSIVE", "NOT_RUN", "NOT_SUPPORTED", "REQUIRED", "RULE", "SUPPORTED",
-           "VERDICTS", "Verdict", "registry"]
+__all__ = [
+    "CLAIMS",
+    "Effect",
+    "INCONCLUSIVE",
+    "NOT_RUN",
+    "NOT_SUPPORTED",
+    "REQUIRED",
+    "RULE",
+    "SUPPORTED",
+    "VERDICTS",
+    "Verdict",
+    "registry",
+]

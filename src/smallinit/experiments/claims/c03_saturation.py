@@ -22,16 +22,25 @@ The claim is supported when both parts are (rules.combine). S(ε = 1e-12) is rep
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from smallinit.experiments.claims.context import ClaimContext, fmt
 from smallinit.experiments.claims.plots import plot_probe_series
-from smallinit.experiments.claims.rules import (Effect, Verdict, at_budget, combine, interval_effect, is_finite,
-                                                lower_is_better_effect, seed_pairs)
+from smallinit.experiments.claims.rules import (
+    Effect,
+    Verdict,
+    at_budget,
+    combine,
+    interval_effect,
+    is_finite,
+    lower_is_better_effect,
+    seed_pairs,
+)
 from smallinit.experiments.presets import PAPER, Arm, Preset, arm
-from smallinit.rundir import summarize_probe_record
+from smallinit.runs.rundir import summarize_probe_record
 
 ID = 3
 CLAIM = "ε = 1e-5 saturates RMSNorm under γ = 1 and costs loss; ε = 1e-12 restores both."
@@ -91,9 +100,14 @@ def _as_seeds(x: Mapping[int, Series] | Series) -> dict[int, Series]:
     return dict(x) if isinstance(x, Mapping) else {0: x}
 
 
-def judge(sat_eps_large: Mapping[int, Series] | Series, sat_eps_small: Mapping[int, Series] | Series,
-          loss_effect: Effect, tokens_per_param: float | None = None, enough: float | None = None,
-          threshold: float = THRESHOLD) -> Verdict:
+def judge(
+    sat_eps_large: Mapping[int, Series] | Series,
+    sat_eps_small: Mapping[int, Series] | Series,
+    loss_effect: Effect,
+    tokens_per_param: float | None = None,
+    enough: float | None = None,
+    threshold: float = THRESHOLD,
+) -> Verdict:
     """Claim 3. ``sat_*`` = {seed: (steps, lowest saturation over the norms at each probed step)} (or one such pair)
     under γ = 1 with ε = 1e-5 (large) and ε = 1e-12 (small); ``loss_effect`` = loss(ε=1e-5) − loss(ε=1e-12) with its
     interval; ``tokens_per_param`` / ``enough`` = the runs' budget and the declared one (None: not checked). Parts
@@ -106,26 +120,34 @@ def judge(sat_eps_large: Mapping[int, Series] | Series, sat_eps_small: Mapping[i
     if not S:
         a = Effect(label, None, noise="no saturation probes")
     elif len(S) >= 2:
-        from smallinit.stats import t_quantile
+        from smallinit.core.stats import t_quantile
 
         d = np.array([threshold - x for x in S.values()])
         half = t_quantile(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
         a = interval_effect(label, float(d.mean()), half, f"95% t-interval over {len(d)} seeds")
     else:
-        (s0, series), = large.items()
+        ((s0, series),) = large.items()
         lo, hi = _boot_time_mean(series)
-        a = Effect(label, threshold - S[s0], threshold - hi, threshold - lo,
-                   "one seed: bootstrap over probed steps (time-weighted; within-run variation only)")
-        notes.append("one seed of the ε = 1e-5 arm: part (a)'s interval holds the variation over training only, "
-                     "not over seeds")
+        a = Effect(
+            label,
+            threshold - S[s0],
+            threshold - hi,
+            threshold - lo,
+            "one seed: bootstrap over probed steps (time-weighted; within-run variation only)",
+        )
+        notes.append(
+            "one seed of the ε = 1e-5 arm: part (a)'s interval holds the variation over training only, not over seeds"
+        )
     b = Effect("(b) " + loss_effect.label, loss_effect.value, loss_effect.lo, loss_effect.hi, loss_effect.noise)
     vb = at_budget(Verdict(b.verdict, [b]), tokens_per_param, enough, "the runs")
     notes += vb.notes
-    nums = {"saturation_eps_1e-5_time_mean": float(np.mean(list(S.values()))) if S else None,
-            "saturation_eps_1e-12_time_mean": (float(np.mean([time_mean(v) for v in small.values()]))
-                                               if small else None),
-            "threshold": threshold, "loss_part": vb.verdict,
-            **{k: vb.numbers[k] for k in ("budget_tokens_per_param", "declared_tokens_per_param") if k in vb.numbers}}
+    nums = {
+        "saturation_eps_1e-5_time_mean": float(np.mean(list(S.values()))) if S else None,
+        "saturation_eps_1e-12_time_mean": (float(np.mean([time_mean(v) for v in small.values()])) if small else None),
+        "threshold": threshold,
+        "loss_part": vb.verdict,
+        **{k: vb.numbers[k] for k in ("budget_tokens_per_param", "declared_tokens_per_param") if k in vb.numbers},
+    }
     return Verdict(combine([a.verdict, vb.verdict]), [a, b], nums, notes)
 
 
@@ -154,17 +176,36 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     pb, ps = ctx.probes(big), ctx.probes(small)
     sb, ss = norm_saturations(pb), norm_saturations(ps)
     names = [n for n in sb if n in ss]
-    plot = plot_probe_series(ctx.out, "claim3_saturation.png", {"ε=1e-5": pb, "ε=1e-12": ps},
-                             "saturation_min", "lowest RMSNorm saturation", title="Claim 3: RMSNorm saturation (γ = 1)")
-    tables = [{"title": "RMSNorm saturation ms/(ms+ε) per norm, mean over the probed steps (seed 0)",
-               "columns": ["norm", "ε = 1e-5", "ε = 1e-12"],
-               "rows": [[n, f"{sb[n]:.3f}", f"{ss[n]:.3f}"] for n in names]},
-              {"title": "time-averaged lowest saturation per seed (≤ 0.5: ε-dominated)",
-               "columns": ["seed", "ε = 1e-5", "ε = 1e-12"],
-               "rows": [[s, fmt(time_mean(sat_big[s])) if s in sat_big else "—",
-                         fmt(time_mean(sat_small[s])) if s in sat_small else "—"]
-                        for s in sorted(set(sat_big) | set(sat_small))]}]
-    measured = ("lowest RMSNorm saturation s = ms/(ms+ε) over all norms at each probed step, time-averaged over "
-                "training, against the ε-dominated threshold 0.5, and final val loss (judged at the declared budget of "
-                f"{ctx.p.enough:g} tokens per parameter), under γ = 1 with ε = 1e-5 vs ε = 1e-12 (elementwise gate both)")
+    plot = plot_probe_series(
+        ctx.out,
+        "claim3_saturation.png",
+        {"ε=1e-5": pb, "ε=1e-12": ps},
+        "saturation_min",
+        "lowest RMSNorm saturation",
+        title="Claim 3: RMSNorm saturation (γ = 1)",
+    )
+    tables = [
+        {
+            "title": "RMSNorm saturation ms/(ms+ε) per norm, mean over the probed steps (seed 0)",
+            "columns": ["norm", "ε = 1e-5", "ε = 1e-12"],
+            "rows": [[n, f"{sb[n]:.3f}", f"{ss[n]:.3f}"] for n in names],
+        },
+        {
+            "title": "time-averaged lowest saturation per seed (≤ 0.5: ε-dominated)",
+            "columns": ["seed", "ε = 1e-5", "ε = 1e-12"],
+            "rows": [
+                [
+                    s,
+                    fmt(time_mean(sat_big[s])) if s in sat_big else "—",
+                    fmt(time_mean(sat_small[s])) if s in sat_small else "—",
+                ]
+                for s in sorted(set(sat_big) | set(sat_small))
+            ],
+        },
+    ]
+    measured = (
+        "lowest RMSNorm saturation s = ms/(ms+ε) over all norms at each probed step, time-averaged over "
+        "training, against the ε-dominated threshold 0.5, and final val loss (judged at the declared budget of "
+        f"{ctx.p.enough:g} tokens per parameter), under γ = 1 with ε = 1e-5 vs ε = 1e-12 (elementwise gate both)"
+    )
     return ctx.result(measured, v, plots=[plot], tables=tables, runs=ctx.names(big, small))

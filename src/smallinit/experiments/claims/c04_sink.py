@@ -15,9 +15,10 @@ data; the t-interval over seeds gives the nominal 5% — tested by simulation.)
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from smallinit.experiments.claims.context import ClaimContext
 from smallinit.experiments.claims.plots import pyplot, save
 from smallinit.experiments.claims.rules import INCONCLUSIVE, Verdict, combine, is_finite, seed_paired_effect
 from smallinit.experiments.presets import PAPER, Arm, Preset, arm
-from smallinit.rundir import summarize_probe_record
+from smallinit.runs.rundir import summarize_probe_record
 
 ID = 4
 CLAIM = "Small init raises the first-token attention share; the gate brings it down."
@@ -62,29 +63,40 @@ def layer_mean(layers: Sequence[float]) -> float:
     return float(np.mean(v)) if v else math.nan
 
 
-def judge(sink_std: PerSeed | Sequence, sink_small: PerSeed | Sequence, sink_small_gate: PerSeed | Sequence,
-          min_seeds: int = MIN_SEEDS) -> Verdict:
+def judge(
+    sink_std: PerSeed | Sequence,
+    sink_small: PerSeed | Sequence,
+    sink_small_gate: PerSeed | Sequence,
+    min_seeds: int = MIN_SEEDS,
+) -> Verdict:
     """Claim 4. Per-layer first-token attention shares of the three arms (γ = 0.5 no gate, γ = 1 no gate, γ = 1
     with the gate), {seed: [layer shares]} (a list of runs is read as seeds 0, 1, …; one run's list of layers as
     seed 0). Each run counts as its layer mean; (a) γ=1 − γ=0.5 (no gate) and (b) γ=1 no gate − γ=1 gate are 95%
     t-intervals over the seed-paired differences, inconclusive with fewer than ``min_seeds`` pairs."""
-    m = {name: {s: layer_mean(v) for s, v in _seeds(x).items()}
-         for name, x in (("std", sink_std), ("small", sink_small), ("gate", sink_small_gate))}
+    m = {
+        name: {s: layer_mean(v) for s, v in _seeds(x).items()}
+        for name, x in (("std", sink_std), ("small", sink_small), ("gate", sink_small_gate))
+    }
     raise_ = seed_paired_effect("(a) sink share: γ=1 − γ=0.5 (no gate)", m["small"], m["std"], min_seeds)
-    gate = seed_paired_effect("(b) sink share: no gate − gate (γ=1)", m["small"], m["gate"],
-                              min_seeds)
+    gate = seed_paired_effect("(b) sink share: no gate − gate (γ=1)", m["small"], m["gate"], min_seeds)
 
     def mean(d: dict[int, float]) -> float | None:
         v = [x for x in d.values() if is_finite(x)]
         return float(np.mean(v)) if v else None
 
-    nums = {"sink_gamma0.5": mean(m["std"]), "sink_gamma1": mean(m["small"]), "sink_gamma1_gate": mean(m["gate"]),
-            "seeds": sorted(set(m["std"]) & set(m["small"]) & set(m["gate"]))}
+    nums = {
+        "sink_gamma0.5": mean(m["std"]),
+        "sink_gamma1": mean(m["small"]),
+        "sink_gamma1_gate": mean(m["gate"]),
+        "seeds": sorted(set(m["std"]) & set(m["small"]) & set(m["gate"])),
+    }
     notes = []
     k = len(nums["seeds"])
     if k < min_seeds:
-        notes.append(f"{k} seed(s) in all three arms: a verdict needs ≥ {min_seeds} (a t-interval over seed-paired "
-                     "differences; the layers of one run are not independent units)")
+        notes.append(
+            f"{k} seed(s) in all three arms: a verdict needs ≥ {min_seeds} (a t-interval over seed-paired "
+            "differences; the layers of one run are not independent units)"
+        )
     return Verdict(combine([raise_.verdict, gate.verdict]), [raise_, gate], nums, notes)
 
 
@@ -109,8 +121,10 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     verdicts, effects, tables, plots, nums, notes = [], [], [], [], {}, []
     for suffix, label in variants:
         std, small, gate = roles["std" + suffix], roles["small" + suffix], roles["small_gate" + suffix]
-        per = {k: {s: ls for s, recs in ctx.probes_by_seed(a).items() if (ls := layer_sinks(recs))}
-               for k, a in (("std", std), ("small", small), ("gate", gate))}
+        per = {
+            k: {s: ls for s, recs in ctx.probes_by_seed(a).items() if (ls := layer_sinks(recs))}
+            for k, a in (("std", std), ("small", small), ("gate", gate))
+        }
         if not all(per.values()):
             verdicts.append(INCONCLUSIVE)
             continue
@@ -125,25 +139,46 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
         recs0 = ctx.probes(std)
         uni = (recs0[-1] or {}).get("uniform_sink") if recs0 else None
         nums[label]["uniform_baseline"] = uni
-        tables.append({"title": (f"first-token attention share per layer, seed {min(per['std'])} ({label}; uniform "
-                                 f"causal attention: {uni:.3f})" if uni else
-                                 f"first-token attention share per layer ({label})"),
-                       "columns": ["layer", "γ=0.5, no gate", "γ=1, no gate", "γ=1, gate"],
-                       "rows": [[i, f"{a:.3f}", f"{b:.3f}", f"{c:.3f}"]
-                                for i, (a, b, c) in enumerate(zip(first["std"], first["small"], first["gate"]))]})
-        tables.append({"title": f"layer-mean share per seed ({label})",
-                       "columns": ["seed", "γ=0.5, no gate", "γ=1, no gate", "γ=1, gate"],
-                       "rows": [[s, *(f"{layer_mean(per[k][s]):.3f}" if s in per[k] else "—"
-                                      for k in ("std", "small", "gate"))]
-                                for s in sorted(set(per["std"]) | set(per["small"]) | set(per["gate"]))]})
-        plots.append(plot_sinks(ctx.out, f"claim4_sink{suffix.replace('/', '_')}.png",
-                                {"γ=0.5, no gate": ctx.probes(std), "γ=1, no gate": ctx.probes(small),
-                                 "γ=1, gate": ctx.probes(gate)}, title=f"Claim 4: first-token attention share ({label})"))
+        tables.append(
+            {
+                "title": (
+                    f"first-token attention share per layer, seed {min(per['std'])} ({label}; uniform "
+                    f"causal attention: {uni:.3f})"
+                    if uni
+                    else f"first-token attention share per layer ({label})"
+                ),
+                "columns": ["layer", "γ=0.5, no gate", "γ=1, no gate", "γ=1, gate"],
+                "rows": [
+                    [i, f"{a:.3f}", f"{b:.3f}", f"{c:.3f}"]
+                    for i, (a, b, c) in enumerate(zip(first["std"], first["small"], first["gate"]))
+                ],
+            }
+        )
+        tables.append(
+            {
+                "title": f"layer-mean share per seed ({label})",
+                "columns": ["seed", "γ=0.5, no gate", "γ=1, no gate", "γ=1, gate"],
+                "rows": [
+                    [s, *(f"{layer_mean(per[k][s]):.3f}" if s in per[k] else "—" for k in ("std", "small", "gate"))]
+                    for s in sorted(set(per["std"]) | set(per["small"]) | set(per["gate"]))
+                ],
+            }
+        )
+        plots.append(
+            plot_sinks(
+                ctx.out,
+                f"claim4_sink{suffix.replace('/', '_')}.png",
+                {"γ=0.5, no gate": ctx.probes(std), "γ=1, no gate": ctx.probes(small), "γ=1, gate": ctx.probes(gate)},
+                title=f"Claim 4: first-token attention share ({label})",
+            )
+        )
     verdict = Verdict(combine(verdicts), effects, nums, notes)
-    measured = ("first-token attention share (mean over heads, batch and queries t ≥ 1 of the weight on position 0) "
-                "per layer, averaged over the last quarter of training and then over layers, for γ = 0.5 and γ = 1 "
-                "without the gate and γ = 1 with it (ε = 1e-12 all); 95% t-interval over seed-paired differences "
-                f"(a verdict needs ≥ {MIN_SEEDS} seeds)")
+    measured = (
+        "first-token attention share (mean over heads, batch and queries t ≥ 1 of the weight on position 0) "
+        "per layer, averaged over the last quarter of training and then over layers, for γ = 0.5 and γ = 1 "
+        "without the gate and γ = 1 with it (ε = 1e-12 all); 95% t-interval over seed-paired differences "
+        f"(a verdict needs ≥ {MIN_SEEDS} seeds)"
+    )
     return ctx.result(measured, verdict, plots=plots, tables=tables, runs=ctx.names(*roles.values()))
 
 

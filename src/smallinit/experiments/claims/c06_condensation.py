@@ -31,18 +31,25 @@ there is no probe-batch noise to add.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from smallinit.core.figures import finish_axes
 from smallinit.experiments.claims.context import ClaimContext, fmt_lr
 from smallinit.experiments.claims.plots import plot_probe_series, pyplot, save
-from smallinit.figures import finish_axes
-from smallinit.rundir import config_get, read_config, read_probes
-from smallinit.experiments.claims.rules import (INCONCLUSIVE, Verdict, is_finite, combine, paired_effect,
-                                                seed_paired_effect)
+from smallinit.experiments.claims.rules import (
+    INCONCLUSIVE,
+    Verdict,
+    combine,
+    is_finite,
+    paired_effect,
+    seed_paired_effect,
+)
 from smallinit.experiments.presets import Arm, Preset, arm
+from smallinit.runs.rundir import config_get, read_config, read_probes
 
 ID = 6
 CLAIM = "Weights condense (stable rank drops) then expand under γ = 1, not under γ = 0.5."
@@ -57,8 +64,13 @@ pair at different rates (1e-3 vs 3e-3 in a ``cpu`` run): the claim then trains i
 
 def uses_crossover(p: Preset) -> bool:
     x = p.crossover
-    return (x is not None and 1 in p.claims and all(a in x.arms for a in CROSSOVER_PAIR) and not x.lrs
-            and int(x.overrides.get("probe.every", p.base.get("probe", {}).get("every", 0)) or 0) > 0)
+    return (
+        x is not None
+        and 1 in p.claims
+        and all(a in x.arms for a in CROSSOVER_PAIR)
+        and not x.lrs
+        and int(x.overrides.get("probe.every", p.base.get("probe", {}).get("every", 0)) or 0) > 0
+    )
 
 
 def arms(p: Preset) -> dict[str, Arm]:
@@ -92,20 +104,31 @@ def reference_steps(steps: Sequence[float]) -> tuple[float, float, float] | None
     return 0.0, t_c, t_end
 
 
-def condensation_stats(steps: Sequence[float], srank: Sequence[float],
-                       ref: tuple[float, float, float] | None = None) -> dict[str, float]:
+def condensation_stats(
+    steps: Sequence[float], srank: Sequence[float], ref: tuple[float, float, float] | None = None
+) -> dict[str, float]:
     """One matrix's trajectory r(t) at ``steps`` (aligned) → condensation = log r(0) − log r(t_c) and expansion =
     log r(t_end) − log r(t_c), at ``ref`` = (0, t_c, t_end) (default :func:`reference_steps` of ``steps``). NaN when
     a reference step is missing, or its rank is non-finite or ≤ 0."""
     r = {float(t): float(x) for t, x in zip(steps, srank) if is_finite(t) and is_finite(x) and x > 0}
     ref = ref if ref is not None else reference_steps(steps)
-    nan = {"condensation": math.nan, "expansion": math.nan, "ref_step": math.nan, "mid_step": math.nan,
-           "end_step": math.nan}
+    nan = {
+        "condensation": math.nan,
+        "expansion": math.nan,
+        "ref_step": math.nan,
+        "mid_step": math.nan,
+        "end_step": math.nan,
+    }
     if ref is None or any(t not in r for t in ref):
         return nan
     t0, t_c, t_end = ref
-    return {"condensation": math.log(r[t0]) - math.log(r[t_c]), "expansion": math.log(r[t_end]) - math.log(r[t_c]),
-            "ref_step": t0, "mid_step": t_c, "end_step": t_end}
+    return {
+        "condensation": math.log(r[t0]) - math.log(r[t_c]),
+        "expansion": math.log(r[t_end]) - math.log(r[t_c]),
+        "ref_step": t0,
+        "mid_step": t_c,
+        "end_step": t_end,
+    }
 
 
 Trajectories = Mapping[str, Sequence[float]]
@@ -119,9 +142,12 @@ def _as_seeds(x: Any) -> dict[int, Any]:
     return {0: x}
 
 
-def judge(small: Trajectories | Mapping[int, Trajectories], std: Trajectories | Mapping[int, Trajectories],
-          steps_small: Sequence[float] | Mapping[int, Sequence[float]] | None = None,
-          steps_std: Sequence[float] | Mapping[int, Sequence[float]] | None = None) -> Verdict:
+def judge(
+    small: Trajectories | Mapping[int, Trajectories],
+    std: Trajectories | Mapping[int, Trajectories],
+    steps_small: Sequence[float] | Mapping[int, Sequence[float]] | None = None,
+    steps_std: Sequence[float] | Mapping[int, Sequence[float]] | None = None,
+) -> Verdict:
     """Claim 6. Stable-rank trajectories of the γ = 1 (``small``) and γ = 0.5 (``std``) arms, same architecture and
     learning rate: one run each ({matrix: ranks}) or several ({seed: {matrix: ranks}}, paired by seed);
     ``steps_*`` = the probed steps the ranks are aligned with (one list, or {seed: list}; default 0, 1, 2, …). The
@@ -144,11 +170,15 @@ def judge(small: Trajectories | Mapping[int, Trajectories], std: Trajectories | 
         if not names or ref is None:
             continue
         refs[seed] = ref
-        per_seed[seed] = {"small": {n: condensation_stats(ss, S[seed][n], ref) for n in names},
-                          "std": {n: condensation_stats(ts, T[seed][n], ref) for n in names}}
+        per_seed[seed] = {
+            "small": {n: condensation_stats(ss, S[seed][n], ref) for n in names},
+            "std": {n: condensation_stats(ts, T[seed][n], ref) for n in names},
+        }
     if not per_seed:
-        return Verdict(INCONCLUSIVE, notes=["no seed with common matrices and ≥ 3 commonly probed steps after step 0 "
-                                            "(and step 0 itself)"])
+        return Verdict(
+            INCONCLUSIVE,
+            notes=["no seed with common matrices and ≥ 3 commonly probed steps after step 0 (and step 0 itself)"],
+        )
 
     def mean(v: list[float]) -> float | None:
         f = [x for x in v if is_finite(x)]
@@ -158,14 +188,20 @@ def judge(small: Trajectories | Mapping[int, Trajectories], std: Trajectories | 
         d = per_seed[seed][arm_]
         return [d[n][key] for n in d]
 
-    labels = ("(a) condensation log r(0) − log r(t_c): γ=1 − γ=0.5 at the same steps",
-              "(b) expansion log r(t_end) − log r(t_c) under γ=1",
-              "(c) expansion: γ=1 − γ=0.5 (null: the other arm)")
+    labels = (
+        "(a) condensation log r(0) − log r(t_c): γ=1 − γ=0.5 at the same steps",
+        "(b) expansion log r(t_end) − log r(t_c) under γ=1",
+        "(c) expansion: γ=1 − γ=0.5 (null: the other arm)",
+    )
     notes = []
     seeds = sorted(per_seed)
     if len(seeds) >= 2:
-        m = {(s, a_, k): mean(col(s, a_, k)) for s in seeds for a_ in ("small", "std")
-             for k in ("condensation", "expansion")}
+        m = {
+            (s, a_, k): mean(col(s, a_, k))
+            for s in seeds
+            for a_ in ("small", "std")
+            for k in ("condensation", "expansion")
+        }
 
         def sv(a_: str, k: str) -> dict[int, float]:
             return {s: m[(s, a_, k)] for s in seeds if m[(s, a_, k)] is not None}
@@ -179,18 +215,27 @@ def judge(small: Trajectories | Mapping[int, Trajectories], std: Trajectories | 
         a = paired_effect(labels[0], col(s0, "small", "condensation"), col(s0, "std", "condensation"), "matrices")
         b = paired_effect(labels[1], xs, [0.0] * len(xs), "matrices")
         c = paired_effect(labels[2], xs, col(s0, "std", "expansion"), "matrices")
-        notes.append("one seed: the intervals are a bootstrap over the matrices of one run, which share its training "
-                     "noise — a lower bound of the noise; ≥ 2 seeds give a t-interval over seeds")
-    every = {(a_, k): [x for s in seeds for x in col(s, a_, k)] for a_ in ("small", "std")
-             for k in ("condensation", "expansion")}
+        notes.append(
+            "one seed: the intervals are a bootstrap over the matrices of one run, which share its training "
+            "noise — a lower bound of the noise; ≥ 2 seeds give a t-interval over seeds"
+        )
+    every = {
+        (a_, k): [x for s in seeds for x in col(s, a_, k)]
+        for a_ in ("small", "std")
+        for k in ("condensation", "expansion")
+    }
     ref = refs[seeds[0]]
-    nums = {"condensation_gamma1": mean(every[("small", "condensation")]),
-            "condensation_gamma0.5": mean(every[("std", "condensation")]),
-            "expansion_gamma1": mean(every[("small", "expansion")]),
-            "expansion_gamma0.5": mean(every[("std", "expansion")]),
-            "matrices": len(per_seed[seeds[0]]["small"]), "seeds": seeds,
-            "steps_gamma1": {"ref_step": ref[0], "mid_step": ref[1], "end_step": ref[2]}}
+    nums = {
+        "condensation_gamma1": mean(every[("small", "condensation")]),
+        "condensation_gamma0.5": mean(every[("std", "condensation")]),
+        "expansion_gamma1": mean(every[("small", "expansion")]),
+        "expansion_gamma0.5": mean(every[("std", "expansion")]),
+        "matrices": len(per_seed[seeds[0]]["small"]),
+        "seeds": seeds,
+        "steps_gamma1": {"ref_step": ref[0], "mid_step": ref[1], "end_step": ref[2]},
+    }
     return Verdict(combine([a.verdict, b.verdict, c.verdict]), [a, b, c], nums, notes)
+
 
 def srank_series(records: list[dict[str, Any]]) -> dict[str, list[float]]:
     """{block matrix name: its stable rank at each probed step}."""
@@ -205,10 +250,17 @@ def srank_series(records: list[dict[str, Any]]) -> dict[str, list[float]]:
 def srank_table(records: list[dict[str, Any]]) -> tuple[list[float], dict[str, list[float]]]:
     """(probed steps, {block matrix name: its stable rank at each of those steps, NaN where a record lacks it})."""
     steps = [float(r.get("step", i)) for i, r in enumerate(records)]
-    names = sorted({n for r in records for n, m in (r.get("matrices") or {}).items()
-                    if n.startswith("blocks.") and m.get("srank") is not None})
-    out = {n: [float(((r.get("matrices") or {}).get(n) or {}).get("srank") or math.nan) for r in records]
-           for n in names}
+    names = sorted(
+        {
+            n
+            for r in records
+            for n, m in (r.get("matrices") or {}).items()
+            if n.startswith("blocks.") and m.get("srank") is not None
+        }
+    )
+    out = {
+        n: [float(((r.get("matrices") or {}).get(n) or {}).get("srank") or math.nan) for r in records] for n in names
+    }
     return steps, out
 
 
@@ -228,54 +280,89 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
         trunks = {a: {s: rd for s in seeds if (rd := ctx.crossover_trunk(a, s)) is not None} for a in CROSSOVER_PAIR}
         common = sorted(set(trunks["paper"]) & set(trunks["gamma-only"]))
         if not common:
-            return ctx.result("stable rank over the crossover's trunks", None,
-                              notes=["the crossover's paper and γ-only trunks did not finish"])
+            return ctx.result(
+                "stable rank over the crossover's trunks",
+                None,
+                notes=["the crossover's paper and γ-only trunks did not finish"],
+            )
         lrs = {run_lr(trunks[a][s]) for a in CROSSOVER_PAIR for s in common}
         if len(lrs) != 1 or None in lrs:
-            return ctx.result("stable rank over the crossover's trunks", None, notes=[
-                f"the trunks trained at different or unknown learning rates ({', '.join(map(str, sorted(lrs, key=str)))}):"
-                " condensation is compared only between arms at the same rate"])
+            return ctx.result(
+                "stable rank over the crossover's trunks",
+                None,
+                notes=[
+                    f"the trunks trained at different or unknown learning rates ({', '.join(map(str, sorted(lrs, key=str)))}):"
+                    " condensation is compared only between arms at the same rate"
+                ],
+            )
         lr = lrs.pop()
-        run_dirs = {"small": {s: trunks["paper"][s] for s in common}, "std": {s: trunks["gamma-only"][s] for s in common}}
-        arms_words = (f"the crossover's trunks, paper (γ = 1) vs γ-only (γ = 0.5), both ε = 1e-12 with the gate, "
-                      f"constant rate {fmt_lr(lr)} for both, to {ctx.crossover_trunk_tokens():,} tokens")
+        run_dirs = {
+            "small": {s: trunks["paper"][s] for s in common},
+            "std": {s: trunks["gamma-only"][s] for s in common},
+        }
+        arms_words = (
+            f"the crossover's trunks, paper (γ = 1) vs γ-only (γ = 0.5), both ε = 1e-12 with the gate, "
+            f"constant rate {fmt_lr(lr)} for both, to {ctx.crossover_trunk_tokens():,} tokens"
+        )
         runs = [f"crossover/runs/{a}/seed{s}/trunk" for a in CROSSOVER_PAIR for s in common]
     else:
         small, std = ctx.roles["small"], ctx.roles["std"]
         lr = ctx.common_lr(small, std)
         if lr is None:
-            return ctx.result("stable rank, γ = 1 vs γ = 0.5", None,
-                              notes=["no learning rate at which both arms finished a run"])
+            return ctx.result(
+                "stable rank, γ = 1 vs γ = 0.5", None, notes=["no learning rate at which both arms finished a run"]
+            )
         a_s, a_t = ctx.runs_by_seed(small, lr), ctx.runs_by_seed(std, lr)
         common = sorted(set(a_s) & set(a_t))
         run_dirs = {"small": {s: a_s[s] for s in common}, "std": {s: a_t[s] for s in common}}
         if ctx.chosen.get(small.key) != ctx.chosen.get(std.key):
-            notes.append(f"the arms' own chosen rates differ ({fmt_lr(ctx.chosen.get(small.key) or math.nan)} vs "
-                         f"{fmt_lr(ctx.chosen.get(std.key) or math.nan)}): both are read at {fmt_lr(lr)}, the seeds "
-                         "both ran there")
+            notes.append(
+                f"the arms' own chosen rates differ ({fmt_lr(ctx.chosen.get(small.key) or math.nan)} vs "
+                f"{fmt_lr(ctx.chosen.get(std.key) or math.nan)}): both are read at {fmt_lr(lr)}, the seeds "
+                "both ran there"
+            )
         arms_words = f"γ = 1 vs γ = 0.5 (ε = 1e-12, no gate), both at learning rate {fmt_lr(lr)}"
         runs = [rd.name for d in run_dirs.values() for rd in d.values()]
     recs = {a_: {s: read_probes(rd) for s, rd in d.items()} for a_, d in run_dirs.items()}
     tables = {a_: {s: srank_table(r) for s, r in d.items() if r} for a_, d in recs.items()}
-    v = judge({s: t[1] for s, t in tables["small"].items()}, {s: t[1] for s, t in tables["std"].items()},
-              {s: t[0] for s, t in tables["small"].items()}, {s: t[0] for s, t in tables["std"].items()})
+    v = judge(
+        {s: t[1] for s, t in tables["small"].items()},
+        {s: t[1] for s, t in tables["std"].items()},
+        {s: t[0] for s, t in tables["small"].items()},
+        {s: t[0] for s, t in tables["std"].items()},
+    )
     v.notes += notes
     s0 = common[0]
     ps, pt = recs["small"].get(s0, []), recs["std"].get(s0, [])
     plots = [
-        plot_srank(ctx.out, "claim6_srank.png", {"γ=1": ps, "γ=0.5": pt},
-                   title=f"Claim 6: stable rank / its initial value (mean over block matrices, seed {s0})"),
-        plot_probe_series(ctx.out, "claim6_condensation.png", {"γ=1": ps, "γ=0.5": pt}, "cond_mean",
-                          "condensation index (mean |cos| between rows)", title="Claim 6: condensation index"),
+        plot_srank(
+            ctx.out,
+            "claim6_srank.png",
+            {"γ=1": ps, "γ=0.5": pt},
+            title=f"Claim 6: stable rank / its initial value (mean over block matrices, seed {s0})",
+        ),
+        plot_probe_series(
+            ctx.out,
+            "claim6_condensation.png",
+            {"γ=1": ps, "γ=0.5": pt},
+            "cond_mean",
+            "condensation index (mean |cos| between rows)",
+            title="Claim 6: condensation index",
+        ),
         plot_heatmaps(ctx.out, "claim6_heatmaps.png", {"γ=1": [run_dirs["small"][s0]], "γ=0.5": [run_dirs["std"][s0]]}),
     ]
     ref = v.numbers.get("steps_gamma1") or {}
-    at = (f" (t_c = {ref['mid_step']:g}, t_end = {ref['end_step']:g})"
-          if is_finite(ref.get("mid_step")) and is_finite(ref.get("end_step")) else "")
-    measured = ("stable rank r = ||W||_F²/||W||_2² of every block matrix over training (probes, log-spaced early "
-                "steps); condensation = log r(0) − log r(t_c), expansion = log r(t_end) − log r(t_c), t_c the middle "
-                f"of the run in log-steps{at}; condensation counts beyond the same matrix's drop under γ = 0.5 at the "
-                f"same steps; {arms_words}; {len(common)} seed(s), paired by seed")
+    at = (
+        f" (t_c = {ref['mid_step']:g}, t_end = {ref['end_step']:g})"
+        if is_finite(ref.get("mid_step")) and is_finite(ref.get("end_step"))
+        else ""
+    )
+    measured = (
+        "stable rank r = ||W||_F²/||W||_2² of every block matrix over training (probes, log-spaced early "
+        "steps); condensation = log r(0) − log r(t_c), expansion = log r(t_end) − log r(t_c), t_c the middle "
+        f"of the run in log-steps{at}; condensation counts beyond the same matrix's drop under γ = 0.5 at the "
+        f"same steps; {arms_words}; {len(common)} seed(s), paired by seed"
+    )
     return ctx.result(measured, v, plots=plots, runs=runs)
 
 
@@ -293,8 +380,11 @@ def plot_srank(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], ti
         first = {k: v.get("srank") for k, v in (recs[0].get("matrices") or {}).items() if k.startswith("blocks.")}
         steps, mean, kinds = [], [], {}
         for r in recs:
-            rel = {k: v["srank"] / first[k] for k, v in (r.get("matrices") or {}).items()
-                   if k in first and first[k] and v.get("srank") is not None}
+            rel = {
+                k: v["srank"] / first[k]
+                for k, v in (r.get("matrices") or {}).items()
+                if k in first and first[k] and v.get("srank") is not None
+            }
             if not rel:
                 continue
             steps.append(r["step"])
@@ -311,8 +401,9 @@ def plot_srank(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], ti
     if not drawn:
         plt.close(fig)
         return None
-    finish_axes(ax, "step", "stable rank / stable rank at init", title + "\n(thin lines: one matrix type each)",
-                title_size=9)
+    finish_axes(
+        ax, "step", "stable rank / stable rank at init", title + "\n(thin lines: one matrix type each)", title_size=9
+    )
     return save(fig, out, name)
 
 
@@ -320,7 +411,7 @@ def plot_heatmaps(out: Path, name: str, groups: dict[str, list[Path]], max_cols:
     """Row-cosine heatmaps of the first saved matrix at log-spaced steps, one row of panels per group's seed-0 run
     (:func:`smallinit.probes.plots.heatmap_grid`)."""
     from smallinit.probes.plots import heatmap_grid
-    from smallinit.rundir import load_run
+    from smallinit.runs.rundir import load_run
 
     runs = []
     for label, dirs in groups.items():

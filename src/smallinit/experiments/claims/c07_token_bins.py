@@ -2,7 +2,7 @@
 difficulty bins. Arms: claim 1's (main size) and, for presets that cannot give a symmetric reference, a
 **reference** model from neither family (the γ = 0.5, ε = 1e-12, no-gate arm of the same size).
 
-Measured with :func:`smallinit.compare.compare_models` for **every seed s** that both arms finished (paired by seed
+Measured with :func:`smallinit.analysis.compare.compare_models` for **every seed s** that both arms finished (paired by seed
 number): Δ_sym = (p_A − p_B)/(p_A + p_B) per validation token of A = paper seed s vs B = baseline seed s, intervals by
 a **bootstrap over windows**, **primary bins by a reference symmetric in A and B** (DESIGN.md §2, "Token bins by an
 independent reference"): the mean per-token loss of *another seed of each arm*, ℓ_ref = (ℓ_{A,s'} + ℓ_{B,s'})/2 with
@@ -20,16 +20,25 @@ never narrower than the pairs' combined bootstrap half-width sqrt(Σ h_k²)/k.""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from smallinit.core.figures import plot_delta_by_bin
 from smallinit.experiments.claims.context import ClaimContext, fmt, fmt_ci, fmt_ci_pair
-from smallinit.experiments.claims.rules import (INCONCLUSIVE, Effect, Verdict, combine, difference, half_width,
-                                                interval_effect, is_finite)
+from smallinit.experiments.claims.rules import (
+    INCONCLUSIVE,
+    Effect,
+    Verdict,
+    combine,
+    difference,
+    half_width,
+    interval_effect,
+    is_finite,
+)
 from smallinit.experiments.presets import BASELINE, PAPER, Arm, Preset, arm
-from smallinit.figures import plot_delta_by_bin
 
 ID = 7
 CLAIM = "Token-level gains concentrate in the moderate-to-very-hard difficulty bins."
@@ -40,13 +49,17 @@ def arms(p: Preset) -> dict[str, Arm]:
         if p.crossover.seeds >= 2 or "gamma-only" in p.crossover.arms:
             return {}
         return {"reference": arm(p.crossover.size, (0.5, 1e-12, "none"))}
-    return {"baseline": arm(p.main_size, BASELINE), "paper": arm(p.main_size, PAPER),
-            "reference": arm(p.main_size, (0.5, 1e-12, "none"))}
+    return {
+        "baseline": arm(p.main_size, BASELINE),
+        "paper": arm(p.main_size, PAPER),
+        "reference": arm(p.main_size, (0.5, 1e-12, "none")),
+    }
 
 
 def parts(bins: list[dict[str, Any]]) -> tuple[Effect, Effect] | None:
     """(a) M − Δ_sym(easy) and (b) M − Δ_sym(extreme) of one comparison's bins (easy → extreme), half-widths from
     the per-bin bootstrap intervals; None when a bin has no value or no interval."""
+
     def eff(b):
         d = b.get("delta_sym") or {}
         m, ci = d.get("mean"), d.get("ci95")
@@ -58,16 +71,22 @@ def parts(bins: list[dict[str, Any]]) -> tuple[Effect, Effect] | None:
     hws = [half_width(e) for e in inner]
     if any(e.value is None for e in effs) or any(h is None for h in hws):
         return None
-    M = interval_effect("inner bins (mean Δ_sym)", float(np.mean([e.value for e in inner])),
-                        math.sqrt(sum(h * h for h in hws)) / len(inner), "bootstrap 95%, combined")
-    return (difference("(a) Δ_sym: inner bins − easy", M, effs[0]),
-            difference("(b) Δ_sym: inner bins − extreme", M, effs[-1]))
+    M = interval_effect(
+        "inner bins (mean Δ_sym)",
+        float(np.mean([e.value for e in inner])),
+        math.sqrt(sum(h * h for h in hws)) / len(inner),
+        "bootstrap 95%, combined",
+    )
+    return (
+        difference("(a) Δ_sym: inner bins − easy", M, effs[0]),
+        difference("(b) Δ_sym: inner bins − extreme", M, effs[-1]),
+    )
 
 
 def judge(bins: list[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Verdict:
     """Claim 7. ``bins`` from compare (easy → extreme), each with ``delta_sym`` {"mean", "ci95"} — one comparison,
     or a list of them, one per seed pair (paired by seed). Parts and noise as in the module docstring."""
-    from smallinit.stats import t_quantile
+    from smallinit.core.stats import t_quantile
 
     sets = [bins] if bins and isinstance(bins[0], dict) else [list(b) for b in bins]
     if not sets or any(len(b) < 3 for b in sets):
@@ -75,37 +94,49 @@ def judge(bins: list[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Verdic
     per = [parts(b) for b in sets]
     if any(x is None for x in per):
         return Verdict(INCONCLUSIVE, notes=["a bin has no tokens or no interval"])
-    nums: dict[str, Any] = {"delta_sym_by_bin": {b.get("name", str(b.get("bin"))): b["delta_sym"]["mean"]
-                                                 for b in sets[0]}, "seed_pairs": len(sets)}
+    nums: dict[str, Any] = {
+        "delta_sym_by_bin": {b.get("name", str(b.get("bin"))): b["delta_sym"]["mean"] for b in sets[0]},
+        "seed_pairs": len(sets),
+    }
     if len(sets) == 1:
         a, b = per[0]
         return Verdict(combine([a.verdict, b.verdict]), [a, b], nums)
     k = len(sets)
-    nums["delta_sym_by_bin_mean"] = {b.get("name", str(b.get("bin"))): float(np.mean([s[i]["delta_sym"]["mean"]
-                                                                                     for s in sets]))
-                                     for i, b in enumerate(sets[0])}
+    nums["delta_sym_by_bin_mean"] = {
+        b.get("name", str(b.get("bin"))): float(np.mean([s[i]["delta_sym"]["mean"] for s in sets]))
+        for i, b in enumerate(sets[0])
+    }
     out = []
     for j in (0, 1):
         vals = np.array([p[j].value for p in per])
         boot = math.sqrt(sum(half_width(p[j]) ** 2 for p in per)) / k
         t_half = t_quantile(k - 1) * float(vals.std(ddof=1)) / math.sqrt(k)
         half = max(t_half, boot)
-        note = (f"95% t-interval over {k} seed pairs (±{t_half:.3g})"
-                + (f", widened to the combined bootstrap ±{boot:.3g}" if boot > t_half else ""))
+        note = f"95% t-interval over {k} seed pairs (±{t_half:.3g})" + (
+            f", widened to the combined bootstrap ±{boot:.3g}" if boot > t_half else ""
+        )
         out.append(interval_effect(per[0][j].label, float(vals.mean()), half, note))
     return Verdict(combine([e.verdict for e in out]), out, nums)
 
 
-def references(runs_a: dict[int, Path], runs_b: dict[int, Path], fallback: tuple[Path | None, str]
-               ) -> list[tuple[int, Path, Path, list[Path], str]]:
+def references(
+    runs_a: dict[int, Path], runs_b: dict[int, Path], fallback: tuple[Path | None, str]
+) -> list[tuple[int, Path, Path, list[Path], str]]:
     """The comparisons of claim 7: (seed s, A_s, B_s, reference runs, words) for every seed both arms finished.
     With ≥ 2 such seeds the reference of seed s is (A_{s'}, B_{s'}), s' the next common seed (cyclically): symmetric
     in A and B. With one, ``fallback`` = (a model from neither family, its words), or nothing when that is None."""
     common = sorted(set(runs_a) & set(runs_b))
     if len(common) >= 2:
-        return [(s, runs_a[s], runs_b[s], [runs_a[n], runs_b[n]],
-                 f"the mean per-token loss of seed {n} of each arm (symmetric in A and B)")
-                for s, n in zip(common, common[1:] + common[:1])]
+        return [
+            (
+                s,
+                runs_a[s],
+                runs_b[s],
+                [runs_a[n], runs_b[n]],
+                f"the mean per-token loss of seed {n} of each arm (symmetric in A and B)",
+            )
+            for s, n in zip(common, common[1:] + common[:1])
+        ]
     ref, words = fallback
     if not common or ref is None:
         return []
@@ -137,6 +168,7 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
             return ctx.result("token-level comparison", None, notes=[f"the comparison of seed {s} failed"])
         results.append((s, res, refs, words))
     v = judge([r.get("bins") or [] for _, r, _, _ in results])
+
     def name(r: Path) -> str:  # a crossover branch is named by its arm and seed, not only its budget
         return "/".join(r.parts[-3:]) if r.parent.parent.parent.name == "runs" else r.name
 
@@ -144,39 +176,73 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
         v.notes.append(f"seed {s}: bins by {words} ({', '.join(name(r) for r in refs)})")
     s0, res, refs0, ref_words = results[0]
     bins = res.get("bins") or []
-    plot = plot_delta_by_bin(res, ctx.out / "claim7_bins.png",
-                             title=f"Claim 7: Δ_sym by token difficulty (A = paper setting, B = baseline; seed {s0})")
-    table = {"title": f"per difficulty bin of the reference's loss ({res.get('n_tokens')} validation tokens; Δ_sym > 0: "
-                      "the paper's setting gives the true token more probability)",
-             "columns": ["bin", "difficulty", "tokens", "mean Δ_sym", "95% CI", "mean ℓ_B − ℓ_A"],
-             "rows": [[b["name"], f"{b['difficulty'][0]:.2f}–{b['difficulty'][1]:.2f}", b["count"],
-                       fmt(b["delta_sym"]["mean"]), fmt_ci_pair(b["delta_sym"]["ci95"]), fmt(b["loss_gain"]["mean"])]
-                      for b in bins]}
+    plot = plot_delta_by_bin(
+        res,
+        ctx.out / "claim7_bins.png",
+        title=f"Claim 7: Δ_sym by token difficulty (A = paper setting, B = baseline; seed {s0})",
+    )
+    table = {
+        "title": f"per difficulty bin of the reference's loss ({res.get('n_tokens')} validation tokens; Δ_sym > 0: "
+        "the paper's setting gives the true token more probability)",
+        "columns": ["bin", "difficulty", "tokens", "mean Δ_sym", "95% CI", "mean ℓ_B − ℓ_A"],
+        "rows": [
+            [
+                b["name"],
+                f"{b['difficulty'][0]:.2f}–{b['difficulty'][1]:.2f}",
+                b["count"],
+                fmt(b["delta_sym"]["mean"]),
+                fmt_ci_pair(b["delta_sym"]["ci95"]),
+                fmt(b["loss_gain"]["mean"]),
+            ]
+            for b in bins
+        ],
+    }
     tables = [table]
     second = res.get("bins_mean_difficulty") or []
     if second:
-        tables.append({"title": "secondary: bins by (ℓ_A + ℓ_B)/2 — " + res.get("bins_mean_difficulty_caveat", ""),
-                       "columns": ["bin", "difficulty", "tokens", "mean Δ_sym", "95% CI", "mean ℓ_B − ℓ_A"],
-                       "rows": [[b["name"], f"{b['difficulty'][0]:.2f}–{b['difficulty'][1]:.2f}", b["count"],
-                                 fmt(b["delta_sym"]["mean"]), fmt_ci_pair(b["delta_sym"]["ci95"]),
-                                 fmt(b["loss_gain"]["mean"])] for b in second]})
-    measured = ("Δ_sym = (p_A − p_B)/(p_A + p_B) per validation token (A = paper setting, B = baseline, the same seed), "
-                f"by quantile bins of the loss of an independent reference ({ref_words}); bootstrap 95% intervals over "
-                f"windows; {len(results)} seed pair(s)"
-                + (", the parts' intervals a t-interval over the pairs" if len(results) > 1 else ""))
+        tables.append(
+            {
+                "title": "secondary: bins by (ℓ_A + ℓ_B)/2 — " + res.get("bins_mean_difficulty_caveat", ""),
+                "columns": ["bin", "difficulty", "tokens", "mean Δ_sym", "95% CI", "mean ℓ_B − ℓ_A"],
+                "rows": [
+                    [
+                        b["name"],
+                        f"{b['difficulty'][0]:.2f}–{b['difficulty'][1]:.2f}",
+                        b["count"],
+                        fmt(b["delta_sym"]["mean"]),
+                        fmt_ci_pair(b["delta_sym"]["ci95"]),
+                        fmt(b["loss_gain"]["mean"]),
+                    ]
+                    for b in second
+                ],
+            }
+        )
+    measured = (
+        "Δ_sym = (p_A − p_B)/(p_A + p_B) per validation token (A = paper setting, B = baseline, the same seed), "
+        f"by quantile bins of the loss of an independent reference ({ref_words}); bootstrap 95% intervals over "
+        f"windows; {len(results)} seed pair(s)"
+        + (", the parts' intervals a t-interval over the pairs" if len(results) > 1 else "")
+    )
     notes = []
     ov = (res.get("overall") or {}).get("loss_gain") or {}
     if ov.get("ci95") and ov["ci95"][1] < 0:
-        notes.append(f"Overall the paper setting is worse here (mean ℓ_B − ℓ_A = {ov['mean']:+.4f}, 95% CI "
-                     f"[{ov['ci95'][0]:+.4f}, {ov['ci95'][1]:+.4f}]): the bins show where it loses least, not where "
-                     "gains concentrate.")
+        notes.append(
+            f"Overall the paper setting is worse here (mean ℓ_B − ℓ_A = {ov['mean']:+.4f}, 95% CI "
+            f"[{ov['ci95'][0]:+.4f}, {ov['ci95'][1]:+.4f}]): the bins show where it loses least, not where "
+            "gains concentrate."
+        )
     if len(results) > 1:
-        tables.append({"title": "the parts per seed pair (A = paper seed s, B = baseline seed s)",
-                       "columns": ["seed", "reference", "(a) inner − easy", "(b) inner − extreme"],
-                       "rows": [[s, w, *(fmt_ci(e) if e else "—" for e in (parts(r.get("bins") or []) or (None, None)))]
-                                for s, r, _, w in results]})
+        tables.append(
+            {
+                "title": "the parts per seed pair (A = paper seed s, B = baseline seed s)",
+                "columns": ["seed", "reference", "(a) inner − easy", "(b) inner − extreme"],
+                "rows": [
+                    [s, w, *(fmt_ci(e) if e else "—" for e in (parts(r.get("bins") or []) or (None, None)))]
+                    for s, r, _, w in results
+                ],
+            }
+        )
     runs = []
     for _, ra, rb, refs, _ in comps:
         runs += [str(r.relative_to(ctx.out)) for r in (ra, rb, *refs) if str(r.relative_to(ctx.out)) not in runs]
-    return ctx.result(measured + where, v, plots=[plot.name if plot else None], tables=tables, notes=notes,
-                      runs=runs)
+    return ctx.result(measured + where, v, plots=[plot.name if plot else None], tables=tables, notes=notes, runs=runs)

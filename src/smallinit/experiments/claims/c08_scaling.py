@@ -30,15 +30,16 @@ size's figure, marked "extrapolated" where it is.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from smallinit.core.figures import plot_scaling
 from smallinit.experiments.claims.context import ClaimContext, fmt, fmt_ci_pair
 from smallinit.experiments.claims.rules import INCONCLUSIVE, Effect, Verdict, at_budget, combine, is_finite
 from smallinit.experiments.presets import BASELINE, PAPER, Arm, Preset, arm
-from smallinit.figures import plot_scaling
-from smallinit.rundir import collect_run
+from smallinit.runs.rundir import collect_run
 
 ID = 8
 CLAIM = "The paper's setting is worth more effective model size than the baseline (paper: ~44%)."
@@ -58,12 +59,13 @@ MIN_SIZES_FOR_VERDICT = 4
 """A fit through exactly 3 sizes interpolates them (3 parameters): it gives a figure but never a verdict."""
 
 
-def gain_bootstrap(baseline: Sequence[tuple], n: float, loss: float, loss_hw: float | None, n_boot: int = 400,
-                   seed: int = 0) -> tuple[float, float] | None:
+def gain_bootstrap(
+    baseline: Sequence[tuple], n: float, loss: float, loss_hw: float | None, n_boot: int = 400, seed: int = 0
+) -> tuple[float, float] | None:
     """95% percentile interval of gain = N_eff/N − 1 at size ``n`` and variant loss ``loss`` (half-width
     ``loss_hw``) over ``n_boot`` refits of the baseline law (module docstring); baseline points are (N, L) or
     (N, L, half-width). None when fewer than half of the draws give a fit."""
-    from smallinit.scaling import ScalingError, effective_size, fit_scaling_law, predict
+    from smallinit.analysis.scaling import ScalingError, effective_size, fit_scaling_law, predict
 
     N = np.asarray([float(b[0]) for b in baseline])
     L = np.asarray([float(b[1]) for b in baseline])
@@ -90,9 +92,14 @@ def gain_bootstrap(baseline: Sequence[tuple], n: float, loss: float, loss_hw: fl
     return float(q[0]), float(q[1])
 
 
-def judge(baseline: Sequence[tuple], variant: Sequence[tuple[float, float, float | None]],
-          paper_gain: float = PAPER_GAIN, tokens_per_param: float | None = None, enough: float | None = None,
-          n_boot: int = 400) -> Verdict:
+def judge(
+    baseline: Sequence[tuple],
+    variant: Sequence[tuple[float, float, float | None]],
+    paper_gain: float = PAPER_GAIN,
+    tokens_per_param: float | None = None,
+    enough: float | None = None,
+    n_boot: int = 400,
+) -> Verdict:
     """Claim 8. baseline = [(N, L)] or [(N, L, loss half-width)] (≥ 3 sizes), variant = [(N, L, loss half-width)].
     Fit L(N) = E + A·N^(−α) to the baseline; for each variant, gain = N_eff/N − 1 with N_eff = (A / (L − E))^(1/α)
     and a 95% interval from the fit's bootstrap (:func:`gain_bootstrap`). The parts — (a) gain > 0, (b) the
@@ -103,10 +110,11 @@ def judge(baseline: Sequence[tuple], variant: Sequence[tuple[float, float, float
     return at_budget(_judge(baseline, variant, paper_gain, n_boot), tokens_per_param, enough, "the scaling runs")
 
 
-def _judge(baseline: Sequence[tuple], variant: Sequence[tuple[float, float, float | None]], paper_gain: float,
-           n_boot: int) -> Verdict:
+def _judge(
+    baseline: Sequence[tuple], variant: Sequence[tuple[float, float, float | None]], paper_gain: float, n_boot: int
+) -> Verdict:
     """:func:`judge` before the declared budget is applied."""
-    from smallinit.scaling import ScalingError, effective_size, fit_scaling_law
+    from smallinit.analysis.scaling import ScalingError, effective_size, fit_scaling_law
 
     try:
         fit = fit_scaling_law([b[0] for b in baseline], [b[1] for b in baseline])
@@ -117,8 +125,13 @@ def _judge(baseline: Sequence[tuple], variant: Sequence[tuple[float, float, floa
     for n, l, hw in sorted(variant):
         es = effective_size(fit, n, l)
         loss_outside = not (l_lo <= l <= l_hi)
-        row = {"N": n, "loss": l, "N_eff": es.N_eff, "gain": es.gain,
-               "extrapolated": bool(es.extrapolated or loss_outside)}
+        row = {
+            "N": n,
+            "loss": l,
+            "N_eff": es.N_eff,
+            "gain": es.gain,
+            "extrapolated": bool(es.extrapolated or loss_outside),
+        }
         gi = gain_bootstrap(baseline, n, l, hw, n_boot=n_boot)
         if gi is not None and gi[0] < gi[1]:  # a zero-width interval: no noise source at all, no interval
             row["gain_interval"] = list(gi)
@@ -126,8 +139,10 @@ def _judge(baseline: Sequence[tuple], variant: Sequence[tuple[float, float, floa
         if es.gain is None or es.extrapolated:
             notes.append(f"N={n:.3g}: {es.note}")
         if loss_outside:
-            notes.append(f"N={n:.3g}: variant loss {l:.4g} lies outside the baseline's fitted loss range "
-                         f"[{l_lo:.4g}, {l_hi:.4g}] (extrapolated)")
+            notes.append(
+                f"N={n:.3g}: variant loss {l:.4g} lies outside the baseline's fitted loss range "
+                f"[{l_lo:.4g}, {l_hi:.4g}] (extrapolated)"
+            )
     nums: dict[str, Any] = {"fit": fit.to_dict(), "variants": rows, "paper_gain": paper_gain}
     if not rows:
         return Verdict(INCONCLUSIVE, [], nums, notes + ["no paper-setting runs"])
@@ -142,36 +157,66 @@ def _judge(baseline: Sequence[tuple], variant: Sequence[tuple[float, float, floa
     elif gi is None:
         e = Effect(label, row["gain"], noise="no noise estimate")
     else:  # the upper end is +inf when draws put L − noise at or below the fitted E
-        e = Effect(label, row["gain"], gi[0], gi[1], f"bootstrap 95% of the fit ({n_boot} refits: residuals, "
-                                                      "baseline and variant loss noise)")
+        e = Effect(
+            label,
+            row["gain"],
+            gi[0],
+            gi[1],
+            f"bootstrap 95% of the fit ({n_boot} refits: residuals, baseline and variant loss noise)",
+        )
     up = gi[1] - paper_gain if gi is not None and gi[1] is not None else None
-    e44 = Effect(f"(b) upper end of the gain interval − {paper_gain:g} (< 0: reliably below the paper's "
-                 f"+{paper_gain:.0%})", up, up, up, "the interval of (a)")
+    e44 = Effect(
+        f"(b) upper end of the gain interval − {paper_gain:g} (< 0: reliably below the paper's +{paper_gain:.0%})",
+        up,
+        up,
+        up,
+        "the interval of (a)",
+    )
     if gi is not None:
         nums["paper_gain_in_interval"] = bool(gi[0] <= paper_gain <= gi[1])
     why = []
     if not inside:
         shown = f"{row['gain']:+.3g}" if row["gain"] is not None else "undefined"
-        why.append(f"every figure is extrapolated or undefined (at the largest size the gain {shown} is read off the "
-                   "law outside the range it was fitted on)")
+        why.append(
+            f"every figure is extrapolated or undefined (at the largest size the gain {shown} is read off the "
+            "law outside the range it was fitted on)"
+        )
     else:
         nums["decisive_N"] = row["N"]
         if row is not rows[-1]:
-            notes.append(f"the figure at the largest size is extrapolated: the verdict uses N={row['N']:.3g}, the "
-                         "largest size whose N_eff and loss lie inside the fitted range")
+            notes.append(
+                f"the figure at the largest size is extrapolated: the verdict uses N={row['N']:.3g}, the "
+                "largest size whose N_eff and loss lie inside the fitted range"
+            )
     if fit.n_sizes < MIN_SIZES_FOR_VERDICT:
-        why.append(f"the fit goes through {fit.n_sizes} sizes, and 3 parameters through 3 points interpolate them, so "
-                   f"the law's form is unchecked (a verdict needs ≥ {MIN_SIZES_FOR_VERDICT} sizes)")
+        why.append(
+            f"the fit goes through {fit.n_sizes} sizes, and 3 parameters through 3 points interpolate them, so "
+            f"the law's form is unchecked (a verdict needs ≥ {MIN_SIZES_FOR_VERDICT} sizes)"
+        )
     verdict = combine([e.verdict, e44.verdict])
     if why:
         would = f" (the gain {row['gain']:+.3g} would read '{verdict}')" if row["gain"] is not None else ""
         notes.append(f"inconclusive{would}: " + "; ".join(why))
         interval = f" {fmt_ci_pair(gi, pct=True)}" if gi else ""
-        return Verdict(INCONCLUSIVE, [Effect(label, e.value, noise=f"no verdict: {'; '.join(why)}; interval{interval}"
-                                             if gi else f"no verdict: {'; '.join(why)}")], nums, notes)
+        return Verdict(
+            INCONCLUSIVE,
+            [
+                Effect(
+                    label,
+                    e.value,
+                    noise=f"no verdict: {'; '.join(why)}; interval{interval}"
+                    if gi
+                    else f"no verdict: {'; '.join(why)}",
+                )
+            ],
+            nums,
+            notes,
+        )
     if e.verdict == "supported" and e44.verdict == "not supported":
-        notes.append(f"γ = 1 is worth more parameters here, but reliably less than the paper's +{paper_gain:.0%} "
-                     f"(interval {fmt_ci_pair(gi, pct=True)})")
+        notes.append(
+            f"γ = 1 is worth more parameters here, but reliably less than the paper's +{paper_gain:.0%} "
+            f"(interval {fmt_ci_pair(gi, pct=True)})"
+        )
     return Verdict(verdict, [e, e44], nums, notes)
 
 
@@ -193,22 +238,42 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     v = judge(base_pts, var_pts, tokens_per_param=ctx.budget(*roles.values()), enough=ctx.p.enough)
     base_pts = [(n, l) for n, l, _ in base_pts]
     gains = {r["N"]: r["gain"] for r in v.numbers.get("variants") or []}
-    plot = plot_scaling(ctx.out / "claim8_scaling.png", base_pts,
-                        {"paper setting": [(n, l, gains.get(n)) for n, l, _ in var_pts]}, v.numbers.get("fit"),
-                        title="Claim 8: scaling fit of the baseline, paper setting beside it (labels: gain)")
-    tables = [{"title": "final validation loss by size", "columns": ["size", "non-emb params", "baseline", "paper"],
-               "rows": rows}]
+    plot = plot_scaling(
+        ctx.out / "claim8_scaling.png",
+        base_pts,
+        {"paper setting": [(n, l, gains.get(n)) for n, l, _ in var_pts]},
+        v.numbers.get("fit"),
+        title="Claim 8: scaling fit of the baseline, paper setting beside it (labels: gain)",
+    )
+    tables = [
+        {
+            "title": "final validation loss by size",
+            "columns": ["size", "non-emb params", "baseline", "paper"],
+            "rows": rows,
+        }
+    ]
     if v.numbers.get("variants"):
-        tables.append({"title": f"effective size of the paper setting (paper reports +{v.numbers['paper_gain']:.0%})",
-                       "columns": ["N", "loss", "N_eff", "gain", "gain interval", "extrapolated"],
-                       "rows": [[f"{r['N'] / 1e6:.2f}M", f"{r['loss']:.4f}",
-                                 f"{r['N_eff'] / 1e6:.2f}M" if r["N_eff"] else "undefined",
-                                 f"{r['gain']:+.0%}" if r["gain"] is not None else "undefined",
-                                 fmt_ci_pair(r.get("gain_interval"), pct=True), "yes" if r["extrapolated"] else "no"]
-                                for r in v.numbers["variants"]]})
-    measured = ("L(N) = E + A·N^(−α) fitted to the baseline's final val losses over the sizes (N = non-embedding "
-                "parameters); effective size N_eff of the paper setting at each size and gain = N_eff/N − 1 with a "
-                f"95% interval from the fit's bootstrap, compared with 0 and with the paper's +{PAPER_GAIN:.0%}; judged "
-                f"at the declared budget of {ctx.p.enough:g} tokens per parameter")
-    return ctx.result(measured, v, plots=[plot.name if plot else None], tables=tables,
-                      runs=ctx.names(*roles.values()))
+        tables.append(
+            {
+                "title": f"effective size of the paper setting (paper reports +{v.numbers['paper_gain']:.0%})",
+                "columns": ["N", "loss", "N_eff", "gain", "gain interval", "extrapolated"],
+                "rows": [
+                    [
+                        f"{r['N'] / 1e6:.2f}M",
+                        f"{r['loss']:.4f}",
+                        f"{r['N_eff'] / 1e6:.2f}M" if r["N_eff"] else "undefined",
+                        f"{r['gain']:+.0%}" if r["gain"] is not None else "undefined",
+                        fmt_ci_pair(r.get("gain_interval"), pct=True),
+                        "yes" if r["extrapolated"] else "no",
+                    ]
+                    for r in v.numbers["variants"]
+                ],
+            }
+        )
+    measured = (
+        "L(N) = E + A·N^(−α) fitted to the baseline's final val losses over the sizes (N = non-embedding "
+        "parameters); effective size N_eff of the paper setting at each size and gain = N_eff/N − 1 with a "
+        f"95% interval from the fit's bootstrap, compared with 0 and with the paper's +{PAPER_GAIN:.0%}; judged "
+        f"at the declared budget of {ctx.p.enough:g} tokens per parameter"
+    )
+    return ctx.result(measured, v, plots=[plot.name if plot else None], tables=tables, runs=ctx.names(*roles.values()))

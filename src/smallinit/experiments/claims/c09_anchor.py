@@ -8,7 +8,7 @@ in-distribution test set) is ≥ :data:`LEARNED` = 0.95 in every seed. If either
 step cap, ``AnchorConfig.steps``), the verdict is *inconclusive* with that reason ("γ=0.5 reached only 7%
 in-distribution within 700 steps"): a held-out gap between a trained and an untrained model says nothing about
 reasoning vs memorization. When both learned, the effect is held-out accuracy γ=1 − γ=0.5: with ≥ 2 seeds in both
-arms a 95% t-interval over the seed-paired differences (:func:`smallinit.stats.paired_t_interval`; seed s of both
+arms a 95% t-interval over the seed-paired differences (:func:`smallinit.core.stats.paired_t_interval`; seed s of both
 arms sees the same data, and the analysis pairs them by seed *number*: a seed lost in one arm drops its own pair
 instead of shifting the others), with one seed a bootstrap 95% interval over the held-out test examples
 (:func:`~smallinit.experiments.claims.rules.proportion_gap_ci`). (The share of "inferential" answers equals the
@@ -18,17 +18,24 @@ are reported, for learned arms only.)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from smallinit.core.figures import finish_axes
 from smallinit.experiments.anchor import ANSWER_KINDS
 from smallinit.experiments.claims.context import ClaimContext, anchor_name, fmt_lr
 from smallinit.experiments.claims.plots import pyplot, save
-from smallinit.figures import finish_axes
-from smallinit.experiments.claims.rules import (INCONCLUSIVE, Effect, Verdict, interval_effect, is_finite,
-                                                proportion_gap_ci)
+from smallinit.experiments.claims.rules import (
+    INCONCLUSIVE,
+    Effect,
+    Verdict,
+    interval_effect,
+    is_finite,
+    proportion_gap_ci,
+)
 from smallinit.experiments.presets import AnchorArm, Preset
 
 ID = 9
@@ -43,10 +50,17 @@ LEARNED = 0.95
 """In-distribution accuracy an arm must reach, in every seed, before its held-out accuracy is compared."""
 
 
-def judge(acc_small: Sequence[float], acc_std: Sequence[float],
-          correct_small: Sequence[int] | None = None, correct_std: Sequence[int] | None = None, *,
-          in_small: Sequence[float] | None = None, in_std: Sequence[float] | None = None,
-          steps: int | None = None, threshold: float = LEARNED) -> Verdict:
+def judge(
+    acc_small: Sequence[float],
+    acc_std: Sequence[float],
+    correct_small: Sequence[int] | None = None,
+    correct_std: Sequence[int] | None = None,
+    *,
+    in_small: Sequence[float] | None = None,
+    in_std: Sequence[float] | None = None,
+    steps: int | None = None,
+    threshold: float = LEARNED,
+) -> Verdict:
     """Claim 9. Held-out-pair accuracy per seed under γ = 1 (``acc_small``) and γ = 0.5 (``acc_std``), seed i of
     both lists paired; ``correct_*`` = per-example held-out correctness of seed 0; ``in_*`` = in-distribution
     accuracy per seed; ``steps`` = the step cap (for the note).
@@ -57,10 +71,13 @@ def judge(acc_small: Sequence[float], acc_std: Sequence[float],
     2. Effect = mean(acc_small) − mean(acc_std). k = min seeds ≥ 2: 95% t-interval over the k seed-paired
        differences acc_small[i] − acc_std[i]; k = 1: ± the half-width of a bootstrap 95% interval over test
        examples of mean(correct_small) − mean(correct_std); neither: no interval (inconclusive)."""
-    from smallinit.stats import paired_t_interval
+    from smallinit.core.stats import paired_t_interval
 
-    nums: dict[str, Any] = {"heldout_acc_gamma1": list(acc_small), "heldout_acc_gamma0.5": list(acc_std),
-                            "learned_threshold": threshold}
+    nums: dict[str, Any] = {
+        "heldout_acc_gamma1": list(acc_small),
+        "heldout_acc_gamma0.5": list(acc_std),
+        "learned_threshold": threshold,
+    }
     notes: list[str] = []
     if in_small is None or in_std is None:
         notes.append("in-distribution accuracy not given: whether both arms learned the task was not checked")
@@ -76,11 +93,15 @@ def judge(acc_small: Sequence[float], acc_std: Sequence[float],
                 failed.append(f"{name} reached only {worst} in-distribution{seeds}{within}")
         nums["both_learned"] = not failed
         if failed:
-            notes.append("inconclusive: " + "; ".join(failed) + f" (learned = ≥ {threshold:.0%} in every seed); "
-                         "held-out accuracy and answer types are compared only between arms that learned it")
-            e = Effect("held-out accuracy: γ=1 − γ=0.5",
-                       float(np.mean(acc_small) - np.mean(acc_std)) if len(acc_small) and len(acc_std) else None,
-                       noise="not compared: an arm did not learn the task")
+            notes.append(
+                "inconclusive: " + "; ".join(failed) + f" (learned = ≥ {threshold:.0%} in every seed); "
+                "held-out accuracy and answer types are compared only between arms that learned it"
+            )
+            e = Effect(
+                "held-out accuracy: γ=1 − γ=0.5",
+                float(np.mean(acc_small) - np.mean(acc_std)) if len(acc_small) and len(acc_std) else None,
+                noise="not compared: an arm did not learn the task",
+            )
             return Verdict(INCONCLUSIVE, [e], nums, notes)
     label = "held-out accuracy: γ=1 − γ=0.5"
     a = [float(x) for x in acc_small if is_finite(x)]
@@ -93,8 +114,11 @@ def judge(acc_small: Sequence[float], acc_std: Sequence[float],
         t = paired_t_interval([a[i] - b[i] for i in range(k)])
         e = Effect(label, value, t.lo, t.hi, f"95% t-interval over {k} seed-paired differences")
     else:
-        hw = (proportion_gap_ci(correct_small, correct_std)
-              if correct_small is not None and correct_std is not None else None)
+        hw = (
+            proportion_gap_ci(correct_small, correct_std)
+            if correct_small is not None and correct_std is not None
+            else None
+        )
         e = interval_effect(label, value, hw, "bootstrap 95% over held-out test examples (one seed)")
     return Verdict(e.verdict, [e], nums, notes)
 
@@ -115,27 +139,42 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     v.numbers["paired_seeds"] = common
     if v.numbers.get("both_learned"):  # answer types only between arms that learned the task
         v.numbers["answers"] = {f"gamma{g:g}": [r["final"]["answers"] for r in rs] for g, rs in per.items()}
-    plots = [plot_anchor_curves(ctx.out, "claim9_anchor.png", {f"γ={g:g}": rs for g, rs in per.items()}),
-             plot_anchor_answers(ctx.out, "claim9_answers.png", {f"γ={g:g}": rs for g, rs in per.items()})]
+    plots = [
+        plot_anchor_curves(ctx.out, "claim9_anchor.png", {f"γ={g:g}": rs for g, rs in per.items()}),
+        plot_anchor_answers(ctx.out, "claim9_answers.png", {f"γ={g:g}": rs for g, rs in per.items()}),
+    ]
     rows = []
     for g, d in by_seed.items():
         for s, r in d.items():
             f = r["final"]
-            rows.append([f"{g:g}", s, fmt_lr(r["config"]["lr"]), r.get("steps_run", r["config"]["steps"]),
-                         f"{f['in_acc']:.3f}", f"{f['heldout_acc']:.3f}",
-                         *[f"{f['answers'][k]:.3f}" for k in ANSWER_KINDS]])
-    table = {"title": "anchor task: accuracies and the kinds of held-out answers",
-             "columns": ["γ", "seed", "lr", "steps", "in-dist acc", "held-out acc", *ANSWER_KINDS], "rows": rows}
+            rows.append(
+                [
+                    f"{g:g}",
+                    s,
+                    fmt_lr(r["config"]["lr"]),
+                    r.get("steps_run", r["config"]["steps"]),
+                    f"{f['in_acc']:.3f}",
+                    f"{f['heldout_acc']:.3f}",
+                    *[f"{f['answers'][k]:.3f}" for k in ANSWER_KINDS],
+                ]
+            )
+    table = {
+        "title": "anchor task: accuracies and the kinds of held-out answers",
+        "columns": ["γ", "seed", "lr", "steps", "in-dist acc", "held-out acc", *ANSWER_KINDS],
+        "rows": rows,
+    }
     cfg = per[1.0][0]["config"]
     stop = cfg.get("stop_in_acc") or 0.0
-    measured = (f"anchor-function task (DESIGN §2): {cfg['n_layers']}-layer d{cfg['d_model']} transformer, "
-                f"{'up to ' if stop else ''}{cfg['steps']} steps on {cfg['n_train']} sequences"
-                f"{f' (stopping once in-distribution accuracy ≥ {stop:g})' if stop else ''}"
-                "; pairs (3,4) and (4,3) never trained. "
-                "Held-out accuracy and the share of held-out answers equal to the inferential x + s(a1) + s(a2) "
-                f"vs the other candidates, compared only when both arms reach ≥ {LEARNED:.0%} in-distribution "
-                "accuracy in every seed; noise: a t-interval over seed-paired differences (≥ 2 seeds) or a "
-                "bootstrap over test sequences (one seed)")
+    measured = (
+        f"anchor-function task (DESIGN §2): {cfg['n_layers']}-layer d{cfg['d_model']} transformer, "
+        f"{'up to ' if stop else ''}{cfg['steps']} steps on {cfg['n_train']} sequences"
+        f"{f' (stopping once in-distribution accuracy ≥ {stop:g})' if stop else ''}"
+        "; pairs (3,4) and (4,3) never trained. "
+        "Held-out accuracy and the share of held-out answers equal to the inferential x + s(a1) + s(a2) "
+        f"vs the other candidates, compared only when both arms reach ≥ {LEARNED:.0%} in-distribution "
+        "accuracy in every seed; noise: a t-interval over seed-paired differences (≥ 2 seeds) or a "
+        "bootstrap over test sequences (one seed)"
+    )
     names = [anchor_name(g, r["config"]["lr"], s) for g, d in by_seed.items() for s, r in d.items()]
     return ctx.result(measured, v, plots=plots, tables=[table], runs=names)
 
@@ -150,9 +189,17 @@ def plot_anchor_curves(out: Path, name: str, groups: dict[str, list[dict[str, An
             if not h:
                 continue
             st = [x["step"] for x in h]
-            ax.plot(st, [x["heldout_acc"] for x in h], color=f"C{i}", lw=2, label=f"{label} held-out" if j == 0 else None)
-            ax.plot(st, [x["in_acc"] for x in h], color=f"C{i}", lw=1, ls="--",
-                    label=f"{label} in-distribution" if j == 0 else None)
+            ax.plot(
+                st, [x["heldout_acc"] for x in h], color=f"C{i}", lw=2, label=f"{label} held-out" if j == 0 else None
+            )
+            ax.plot(
+                st,
+                [x["in_acc"] for x in h],
+                color=f"C{i}",
+                lw=1,
+                ls="--",
+                label=f"{label} in-distribution" if j == 0 else None,
+            )
             drawn = True
     if not drawn:
         plt.close(fig)

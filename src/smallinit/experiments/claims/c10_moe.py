@@ -2,7 +2,7 @@
 as :mod:`~smallinit.experiments.claims.c01_loss`, shared through :mod:`~smallinit.experiments.claims.loss_claims`.
 Not run when the preset has no MoE size. With a crossover of its own (``Preset.extra_crossovers``, ``cpu-long``) the
 verdict is claim 1's crossover rule on the MoE pair (judged at the declared budget by
-:func:`smallinit.crossing.loss_claim_verdict`).
+:func:`smallinit.analysis.crossing.loss_claim_verdict`).
 
 From short runs (:func:`judge`) it is a loss claim judged at the declared budget: when the MoE runs train fewer than
 ``Preset.enough`` tokens per non-embedding parameter (``ModelConfig.num_params(non_embedding=True)``: every expert
@@ -11,7 +11,8 @@ counts) the verdict is "inconclusive — not reached at this budget" whatever th
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from smallinit.experiments.claims.context import ClaimContext
 from smallinit.experiments.claims.loss_claims import analyse_crossover, analyse_final_loss, judge_lower_loss
@@ -30,9 +31,14 @@ def arms(p: Preset) -> dict[str, Arm] | None:
     return {"baseline": arm(p.moe_size, BASELINE, moe=True), "paper": arm(p.moe_size, PAPER, moe=True)}
 
 
-def judge(variant: Sequence[float], baseline: Sequence[float], boot_hw: float | None,
-          label: str = "val loss: baseline − variant", tokens_per_param: float | None = None,
-          enough: float | None = None) -> Verdict:
+def judge(
+    variant: Sequence[float],
+    baseline: Sequence[float],
+    boot_hw: float | None,
+    label: str = "val loss: baseline − variant",
+    tokens_per_param: float | None = None,
+    enough: float | None = None,
+) -> Verdict:
     """Claim 1's rule (:func:`~smallinit.experiments.claims.loss_claims.judge_lower_loss`: baseline − variant final
     loss, seed-paired t-interval or the one-seed bootstrap and floor) at the declared budget: below ``enough`` tokens
     per parameter, "inconclusive — not reached"."""

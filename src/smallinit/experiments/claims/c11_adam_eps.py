@@ -14,7 +14,8 @@ runs below ``Preset.enough`` tokens per non-embedding parameter, "inconclusive �
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from smallinit.experiments.claims.context import ClaimContext, fmt
 from smallinit.experiments.claims.rules import Verdict, at_budget, lower_is_better_effect, seed_pairs
@@ -32,19 +33,25 @@ def arms(p: Preset) -> dict[str, Arm] | None:
     return {"default": arm(z, PAPER), "tiny": arm(z, PAPER, adam_eps=TINY)}
 
 
-def judge(tiny: Sequence[float], default: Sequence[float], boot_hw: float | None,
-          tokens_per_param: float | None = None, enough: float | None = None) -> Verdict:
+def judge(
+    tiny: Sequence[float],
+    default: Sequence[float],
+    boot_hw: float | None,
+    tokens_per_param: float | None = None,
+    enough: float | None = None,
+) -> Verdict:
     """Claim 11: effect = mean loss with Adam ε 1e-8 − mean loss with ε 1e-16 (> 0: the default ε costs loss);
     ``tiny[i]`` and ``default[i]`` are the same seed. Below ``enough`` tokens per parameter: not reached."""
     e = lower_is_better_effect("val loss: Adam ε 1e-8 − Adam ε 1e-16 (γ = 1)", tiny, default, boot_hw)
-    return at_budget(Verdict(e.verdict, [e], {"tiny": list(tiny), "default": list(default)}), tokens_per_param,
-                     enough, "the runs")
+    return at_budget(
+        Verdict(e.verdict, [e], {"tiny": list(tiny), "default": list(default)}), tokens_per_param, enough, "the runs"
+    )
 
 
 def first_damping(records: list[dict[str, Any]]) -> float | None:
     """Mean ε/(√v̂ + ε) over the attention matrices at the first probed step with optimizer state."""
     for rec in records:
-        mats = ((rec.get("optim_eps") or {}).get("matrices") or {})
+        mats = (rec.get("optim_eps") or {}).get("matrices") or {}
         vals = [m["damping"] for n, m in mats.items() if ".attn." in n and m.get("damping") is not None]
         if vals:
             return sum(vals) / len(vals)
@@ -57,11 +64,17 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     v = judge(l_tiny, l_default, ctx.loss_hw(tiny, default), ctx.budget(default, tiny), ctx.p.enough)
     damp = {"Adam ε 1e-8": first_damping(ctx.probes(default)), "Adam ε 1e-16": first_damping(ctx.probes(tiny))}
     v.numbers["first_probe_attention_damping"] = damp
-    table = {"title": f"γ = 1 at {default.size}: final val loss and the first probed step's Adam-ε damping",
-             "columns": ["arm", "val losses", "attention damping ε/(√v̂+ε)"],
-             "rows": [[k, fmt(ctx.losses(a)), fmt(d)] for (k, a), d in zip((("Adam ε 1e-8", default),
-                                                                             ("Adam ε 1e-16", tiny)), damp.values())]}
-    measured = (f"final validation loss of the paper's setting at {default.size} with AdamW ε 1e-8 vs 1e-16 "
-                f"({ctx.lr_words()}), judged at the declared budget of {ctx.p.enough:g} tokens per parameter; the "
-                "optimizer-ε probe's damping beside it")
+    table = {
+        "title": f"γ = 1 at {default.size}: final val loss and the first probed step's Adam-ε damping",
+        "columns": ["arm", "val losses", "attention damping ε/(√v̂+ε)"],
+        "rows": [
+            [k, fmt(ctx.losses(a)), fmt(d)]
+            for (k, a), d in zip((("Adam ε 1e-8", default), ("Adam ε 1e-16", tiny)), damp.values())
+        ],
+    }
+    measured = (
+        f"final validation loss of the paper's setting at {default.size} with AdamW ε 1e-8 vs 1e-16 "
+        f"({ctx.lr_words()}), judged at the declared budget of {ctx.p.enough:g} tokens per parameter; the "
+        "optimizer-ε probe's damping beside it"
+    )
     return ctx.result(measured, v, tables=[table], runs=ctx.names(default, tiny))

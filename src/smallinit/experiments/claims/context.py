@@ -6,14 +6,15 @@ and :meth:`ClaimContext.result`, the one shape of a claim's result (what ``claim
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
+from smallinit.core.io import atomic_write_json
 from smallinit.experiments.claims.rules import INCONCLUSIVE, NOT_RUN, RULE, Effect, Verdict
 from smallinit.experiments.presets import AnchorArm, Arm, Preset
-from smallinit.io import atomic_write_json
-from smallinit.rundir import collect_run, read_json, read_probes, run_state
+from smallinit.runs.rundir import collect_run, read_json, read_probes, run_state
 
 
 def fmt_lr(lr: float) -> str:
@@ -39,7 +40,7 @@ def planned_run_numbers(p: Preset, a: Arm) -> tuple[int, int] | None:
     import copy
     import dataclasses
 
-    from smallinit.train.config import load_config, set_dotted
+    from smallinit.config import load_config, set_dotted
 
     if a.size not in p.sizes:
         return None
@@ -100,8 +101,11 @@ class ClaimContext:
             return {}
         out = {}
         for s in range(self.seeds.get(a.key, 1)):
-            rd = (self.out / "anchor" / anchor_name(a.gamma, lr, s) if isinstance(a, AnchorArm)
-                  else self.out / "runs" / run_name(a, lr, s))
+            rd = (
+                self.out / "anchor" / anchor_name(a.gamma, lr, s)
+                if isinstance(a, AnchorArm)
+                else self.out / "runs" / run_name(a, lr, s)
+            )
             if run_state(rd) == "done":
                 out[s] = rd
         return out
@@ -154,8 +158,11 @@ class ClaimContext:
 
     def losses(self, a: Arm) -> list[float]:
         """Final validation losses of the arm's finished runs (finite ones only), seed 0 first."""
-        return [v for v in (collect_run(rd).get("final_val_loss") for rd in self.runs(a))
-                if v is not None and math.isfinite(v)]
+        return [
+            v
+            for v in (collect_run(rd).get("final_val_loss") for rd in self.runs(a))
+            if v is not None and math.isfinite(v)
+        ]
 
     def probes(self, a: Arm) -> list[dict[str, Any]]:
         """The probe records of the arm's seed-0 run ([] when it has none)."""
@@ -191,7 +198,7 @@ class ClaimContext:
 
     # -- comparisons
     def compare(self, variant: Arm, baseline: Arm, reference: Path | None = None) -> dict[str, Any] | None:
-        """Token-level comparison of the two arms' seed-0 runs (smallinit.compare.compare_models, intervals by a
+        """Token-level comparison of the two arms' seed-0 runs (smallinit.analysis.compare.compare_models, intervals by a
         bootstrap over windows; ``reference``: a third run whose loss quantiles give the primary bins), cached in
         OUT/compare/ until a run is newer. None when a run is missing or the comparison fails."""
         ra, rb = self.runs(variant), self.runs(baseline)
@@ -199,10 +206,11 @@ class ClaimContext:
             return None
         return self.compare_runs(ra[0], rb[0], reference)
 
-    def compare_runs(self, run_a: Path, run_b: Path,
-                     reference: Path | Sequence[Path] | None = None) -> dict[str, Any] | None:
+    def compare_runs(
+        self, run_a: Path, run_b: Path, reference: Path | Sequence[Path] | None = None
+    ) -> dict[str, Any] | None:
         """:meth:`compare` on two run directories (e.g. a crossover's largest-budget branches); ``reference``: one
-        run or several (bins by the mean of their per-token losses, :func:`smallinit.compare.compare_models`)."""
+        run or several (bins by the mean of their per-token losses, :func:`smallinit.analysis.compare.compare_models`)."""
         ra, rb = [run_a], [run_b]
         refs = [] if reference is None else [reference] if isinstance(reference, Path) else list(reference)
         reference = (refs[0] if len(refs) == 1 else refs) if refs else None
@@ -217,11 +225,12 @@ class ClaimContext:
             cached = read_json(path)
             if cached is not None:
                 return cached
-        from smallinit.compare import compare_models
+        from smallinit.analysis.compare import compare_models
 
         try:
-            res = compare_models(ra[0], rb[0], tokens=self.p.compare_tokens, n_boot=1000, by_window=True,
-                                 reference=reference)
+            res = compare_models(
+                ra[0], rb[0], tokens=self.p.compare_tokens, n_boot=1000, by_window=True, reference=reference
+            )
         except Exception as e:  # noqa: BLE001 - a failed comparison makes the claim inconclusive, not the report
             self.log(f"[reproduce] compare {ra[0].name} vs {rb[0].name} failed: {e}")
             return None
@@ -249,8 +258,11 @@ class ClaimContext:
         crossovers that answer ``claim`` (``Preset.extra_crossovers``)."""
         from smallinit.experiments.crossover_plan import crossover_folder
 
-        return [(xp, read_json(self.out / crossover_folder(xp) / "crossover.json"))
-                for xp in self.p.extra_crossovers if xp.claim == claim]
+        return [
+            (xp, read_json(self.out / crossover_folder(xp) / "crossover.json"))
+            for xp in self.p.extra_crossovers
+            if xp.claim == claim
+        ]
 
     @staticmethod
     def final_losses(x: dict[str, Any], arm_name: str) -> list[float]:
@@ -293,30 +305,75 @@ class ClaimContext:
         return max(boot, self.noise_floor)
 
     # -- the result
-    def result(self, measured: str, verdict: Verdict | None, *, plots: list[str | None] | None = None,
-               tables: list[dict[str, Any]] | None = None, notes: list[str] | None = None,
-               runs: list[str] | None = None) -> dict[str, Any]:
+    def result(
+        self,
+        measured: str,
+        verdict: Verdict | None,
+        *,
+        plots: list[str | None] | None = None,
+        tables: list[dict[str, Any]] | None = None,
+        notes: list[str] | None = None,
+        runs: list[str] | None = None,
+    ) -> dict[str, Any]:
         """A claim's result: ``measured`` (what was measured, in words), the verdict with its effects and
         numbers (None: inconclusive, runs missing), plot file names (None entries dropped), tables
         ({"title", "columns", "rows"}), notes and the run names."""
-        return make_result(self.claim_id, self.claim, measured, verdict, plots=[p for p in plots or [] if p],
-                           tables=tables, notes=notes, runs=runs)
+        return make_result(
+            self.claim_id,
+            self.claim,
+            measured,
+            verdict,
+            plots=[p for p in plots or [] if p],
+            tables=tables,
+            notes=notes,
+            runs=runs,
+        )
 
 
-def make_result(cid: int, claim: str, measured: str, verdict: Verdict | None, *, ran: bool = True,
-                plots: list[str] | None = None, tables: list[dict[str, Any]] | None = None,
-                notes: list[str] | None = None, runs: list[str] | None = None) -> dict[str, Any]:
+def make_result(
+    cid: int,
+    claim: str,
+    measured: str,
+    verdict: Verdict | None,
+    *,
+    ran: bool = True,
+    plots: list[str] | None = None,
+    tables: list[dict[str, Any]] | None = None,
+    notes: list[str] | None = None,
+    runs: list[str] | None = None,
+) -> dict[str, Any]:
     """The result dict of claim ``cid`` (``ran=False``: not run in this preset)."""
     if not ran:
-        return {"id": cid, "claim": claim, "verdict": NOT_RUN, "measured": measured, "effects": [],
-                "numbers": {}, "plots": [], "tables": [], "notes": notes or [], "runs": []}
+        return {
+            "id": cid,
+            "claim": claim,
+            "verdict": NOT_RUN,
+            "measured": measured,
+            "effects": [],
+            "numbers": {},
+            "plots": [],
+            "tables": [],
+            "notes": notes or [],
+            "runs": [],
+        }
     v = verdict or Verdict(INCONCLUSIVE, notes=["runs missing or failed"])
-    return {"id": cid, "claim": claim, "verdict": v.verdict, "measured": measured,
-            "effects": [e.to_dict() for e in v.effects], "numbers": v.numbers, "plots": plots or [],
-            "tables": tables or [], "notes": (v.notes or []) + (notes or []), "runs": runs or [], "rule": RULE}
+    return {
+        "id": cid,
+        "claim": claim,
+        "verdict": v.verdict,
+        "measured": measured,
+        "effects": [e.to_dict() for e in v.effects],
+        "numbers": v.numbers,
+        "plots": plots or [],
+        "tables": tables or [],
+        "notes": (v.notes or []) + (notes or []),
+        "runs": runs or [],
+        "rule": RULE,
+    }
 
 
 # ---- formatting numbers for tables ---------------------------------------------------------------------
+
 
 def fmt(x: Any) -> str:
     """4 decimals; a list joined with commas; None / non-finite as —."""
@@ -341,5 +398,15 @@ def fmt_ci_pair(ci: Any, pct: bool = False) -> str:
     return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
 
 
-__all__ = ["ClaimContext", "anchor_name", "fmt", "fmt_ci", "fmt_ci_pair", "fmt_lr", "make_result", "planned_run_numbers",
-           "planned_tokens_per_param", "run_name"]
+__all__ = [
+    "ClaimContext",
+    "anchor_name",
+    "fmt",
+    "fmt_ci",
+    "fmt_ci_pair",
+    "fmt_lr",
+    "make_result",
+    "planned_run_numbers",
+    "planned_tokens_per_param",
+    "run_name",
+]

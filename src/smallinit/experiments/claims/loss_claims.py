@@ -12,7 +12,8 @@ bootstrap over windows widened to the preset's seed-noise floor).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from smallinit.experiments.claims.context import ClaimContext, fmt_lr
 from smallinit.experiments.claims.plots import plot_loss_curves
@@ -20,15 +21,19 @@ from smallinit.experiments.claims.rules import Effect, Verdict, lower_is_better_
 from smallinit.experiments.crossover_report import lr_words, tuning_rows
 
 
-def judge_lower_loss(variant: Sequence[float], baseline: Sequence[float], boot_hw: float | None,
-                     label: str = "val loss: baseline − variant") -> Verdict:
+def judge_lower_loss(
+    variant: Sequence[float],
+    baseline: Sequence[float],
+    boot_hw: float | None,
+    label: str = "val loss: baseline − variant",
+) -> Verdict:
     """The variant's final val loss is lower than the baseline's (claims 1 and 10)."""
     e = lower_is_better_effect(label, variant, baseline, boot_hw)
     return Verdict(e.verdict, [e], {"variant": list(variant), "baseline": list(baseline)})
 
 
 def from_crossover(x: dict[str, Any]) -> Verdict:
-    """Claim 1 read from a crossover (DESIGN.md §2): the verdict of :func:`smallinit.crossing.loss_claim_verdict`
+    """Claim 1 read from a crossover (DESIGN.md §2): the verdict of :func:`smallinit.analysis.crossing.loss_claim_verdict`
     for the paper arm against the baseline at the declared budget — supported when the seed-paired interval of
     G = L_baseline − L_paper lies above 0, not supported below 0, inconclusive when it holds 0, "inconclusive — not
     reached at this budget" only when the largest budget is below the declared one."""
@@ -39,11 +44,24 @@ def from_crossover(x: dict[str, Any]) -> Verdict:
     effects = [Effect(f"G(D = {D:,} tokens) = L(baseline) − L(paper)", g["value"], g["lo"], g["hi"], g["method"])]
     if "gamma-only" in x["analyses"]:
         gg = x["analyses"]["gamma-only"]["gap"][j]
-        effects.append(Effect(f"(info) G(D = {D:,}) = L(baseline) − L(γ-only: γ 0.5, ε 1e-12, gate)", gg["value"],
-                              gg["lo"], gg["hi"], gg["method"]))
-    nums = {"answer": a["answer"], "gap_fit": a.get("gap_fit"), "crossing": a["crossing"],
-            "gap_change": a["gap_change"], "budgets": [b["tokens"] for b in x["budgets"]],
-            "tokens_per_param": x["tokens_per_param"], "declared_tokens_per_param": a.get("declared_tokens_per_param")}
+        effects.append(
+            Effect(
+                f"(info) G(D = {D:,}) = L(baseline) − L(γ-only: γ 0.5, ε 1e-12, gate)",
+                gg["value"],
+                gg["lo"],
+                gg["hi"],
+                gg["method"],
+            )
+        )
+    nums = {
+        "answer": a["answer"],
+        "gap_fit": a.get("gap_fit"),
+        "crossing": a["crossing"],
+        "gap_change": a["gap_change"],
+        "budgets": [b["tokens"] for b in x["budgets"]],
+        "tokens_per_param": x["tokens_per_param"],
+        "declared_tokens_per_param": a.get("declared_tokens_per_param"),
+    }
     return Verdict(a["verdict"], effects, nums, notes=[a["reason"]])
 
 
@@ -51,17 +69,33 @@ def analyse_final_loss(ctx: ClaimContext) -> dict[str, Any]:
     """Claim 1 (or 10) from short runs: the final validation loss of ``ctx.roles["baseline"]`` against
     ``ctx.roles["paper"]`` (:func:`judge_lower_loss`), the loss curves and a table of the final losses."""
     base, paper = ctx.roles["baseline"], ctx.roles["paper"]
-    v = judge_lower_loss(ctx.losses(paper), ctx.losses(base), ctx.loss_hw(paper, base),
-                         "val loss: baseline − paper setting")
-    plot = plot_loss_curves(ctx.out, f"claim{ctx.claim_id}_loss.png", {
-        f"baseline ({base.describe()})": ctx.runs(base), f"paper ({paper.describe()})": ctx.runs(paper)},
-        title=f"Claim {ctx.claim_id}: validation loss")
-    measured = (f"final validation loss of the standard baseline ({base.describe()}) and the paper's setting "
-                f"({paper.describe()}), {len(ctx.runs(paper))} seed(s) each, {ctx.lr_words()}; "
-                "noise: spread over seeds and a paired bootstrap over validation tokens")
-    table = {"title": "final validation loss", "columns": ["arm", "learning rate", "seeds", "val losses"],
-             "rows": [[n, fmt_lr(ctx.chosen.get(a.key) or math.nan), len(ctx.runs(a)),
-                       ", ".join(f"{x:.4f}" for x in ctx.losses(a))] for n, a in (("baseline", base), ("paper", paper))]}
+    v = judge_lower_loss(
+        ctx.losses(paper), ctx.losses(base), ctx.loss_hw(paper, base), "val loss: baseline − paper setting"
+    )
+    plot = plot_loss_curves(
+        ctx.out,
+        f"claim{ctx.claim_id}_loss.png",
+        {f"baseline ({base.describe()})": ctx.runs(base), f"paper ({paper.describe()})": ctx.runs(paper)},
+        title=f"Claim {ctx.claim_id}: validation loss",
+    )
+    measured = (
+        f"final validation loss of the standard baseline ({base.describe()}) and the paper's setting "
+        f"({paper.describe()}), {len(ctx.runs(paper))} seed(s) each, {ctx.lr_words()}; "
+        "noise: spread over seeds and a paired bootstrap over validation tokens"
+    )
+    table = {
+        "title": "final validation loss",
+        "columns": ["arm", "learning rate", "seeds", "val losses"],
+        "rows": [
+            [
+                n,
+                fmt_lr(ctx.chosen.get(a.key) or math.nan),
+                len(ctx.runs(a)),
+                ", ".join(f"{x:.4f}" for x in ctx.losses(a)),
+            ]
+            for n, a in (("baseline", base), ("paper", paper))
+        ],
+    }
     return ctx.result(measured, v, plots=[plot], tables=[table], runs=ctx.names(base, paper))
 
 
@@ -84,19 +118,26 @@ def analyse_crossover(ctx: ClaimContext, x: dict[str, Any] | None = None, folder
         row.append(f"{g['value']:+.4f}" if g["value"] is not None else "—")
         row.append(f"[{g['lo']:+.4f}, {g['hi']:+.4f}]" if g["lo"] is not None else "—")
         rows.append(row)
-    table = {"title": "annealed validation loss L(D) per seed, and G(D) = L(baseline) − L(paper) (> 0: paper ahead)",
-             "columns": ["D (tokens)", "tokens/param", *arms_, "G(D)", "95% t-interval"], "rows": rows}
+    table = {
+        "title": "annealed validation loss L(D) per seed, and G(D) = L(baseline) − L(paper) (> 0: paper ahead)",
+        "columns": ["D (tokens)", "tokens/param", *arms_, "G(D)", "95% t-interval"],
+        "rows": rows,
+    }
     spec = x["spec"]
-    measured = (f"loss against training budget: one trunk per arm × seed ({len(spec['seeds'])} seed(s)) and cooldown "
-                f"branches at D × {', '.join(f'{f:g}' for f in spec['fractions'])} (D = {D[-1]:,} tokens), "
-                f"{lr_words(x)}; {v.numbers['answer']}")
+    measured = (
+        f"loss against training budget: one trunk per arm × seed ({len(spec['seeds'])} seed(s)) and cooldown "
+        f"branches at D × {', '.join(f'{f:g}' for f in spec['fractions'])} (D = {D[-1]:,} tokens), "
+        f"{lr_words(x)}; {v.numbers['answer']}"
+    )
     tables = [table]
     if x.get("tuning"):
         cols, trows = tuning_rows(x)
-        tables.append({"title": "learning rate per arm: final validation loss of each tuning run", "columns": cols,
-                       "rows": trows})
-    return ctx.result(measured, v, plots=[f"{folder}/crossover.png"], tables=tables,
-                      runs=[f"{folder}/runs/{a}" for a in arms_])
+        tables.append(
+            {"title": "learning rate per arm: final validation loss of each tuning run", "columns": cols, "rows": trows}
+        )
+    return ctx.result(
+        measured, v, plots=[f"{folder}/crossover.png"], tables=tables, runs=[f"{folder}/runs/{a}" for a in arms_]
+    )
 
 
 __all__ = ["analyse_crossover", "analyse_final_loss", "from_crossover", "judge_lower_loss"]

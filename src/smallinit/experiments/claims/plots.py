@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from smallinit.figures import finish_axes, pyplot, save_png
-from smallinit.rundir import read_metrics, summarize_probe_record
+from smallinit.core.figures import finish_axes, pyplot, save_png
+from smallinit.runs.rundir import read_metrics, summarize_probe_record
 
 
 def save(fig: Any, out: Path, name: str) -> str:
@@ -39,8 +39,9 @@ def plot_loss_curves(out: Path, name: str, groups: dict[str, list[Path]], title:
     return save(fig, out, name)
 
 
-def plot_probe_series(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], key: str, ylabel: str,
-                      title: str = "") -> str | None:
+def plot_probe_series(
+    out: Path, name: str, groups: dict[str, list[dict[str, Any]]], key: str, ylabel: str, title: str = ""
+) -> str | None:
     """One summarized probe value (see ``summarize_probe_record``) vs step, one line per run."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.8))

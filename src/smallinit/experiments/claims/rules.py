@@ -13,7 +13,7 @@ that > 0 means "as the paper says" (e.g. baseline loss − variant loss), with a
 Intervals of a loss or accuracy difference between two arms (:func:`lower_is_better_effect`), DESIGN.md §2:
 
 - **k ≥ 2 seeds** in both arms: a 95% **t-interval over the seed-paired differences** (same seed = same batches),
-  mean(d) ± t_{k−1, 0.975}·sd(d)/√k (:func:`smallinit.stats.paired_t_interval`; with 2 seeds ≈ 4× wider than the
+  mean(d) ± t_{k−1, 0.975}·sd(d)/√k (:func:`smallinit.core.stats.paired_t_interval`; with 2 seeds ≈ 4× wider than the
   range over seeds that earlier versions used), widened to the bootstrap half-width when that is larger;
 - **one seed**: the bootstrap 95% half-width over *windows* of the token-level gain, and never less than the
   preset's **seed-noise floor** (:func:`seed_noise_floor`, measured once per preset from its multi-seed arms):
@@ -34,22 +34,30 @@ its interval: a short run never says *not supported* (nor *supported*) for a los
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from smallinit.crossing import INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SUPPORTED  # one spelling of each verdict
+from smallinit.analysis.crossing import (
+    INCONCLUSIVE,
+    NOT_REACHED,
+    NOT_SUPPORTED,
+    SUPPORTED,
+)  # one spelling of each verdict
 
 NOT_RUN = "not run in this preset"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_REACHED, NOT_RUN)
 
-RULE = ("supported when the effect's 95% interval lies entirely above 0; not supported when entirely below 0; "
-        "inconclusive otherwise. Loss differences: a t-interval over seed-paired differences with ≥ 2 seeds (paired by "
-        "seed number); with one seed, the bootstrap over windows widened to the preset's seed-noise floor (Student's "
-        "t at the floor's degrees of freedom), and inconclusive when the preset measured no floor (one seed says "
-        "nothing about training noise). A loss comparison from runs below the declared budget (tokens per "
-        "non-embedding parameter) is 'inconclusive — not reached at this budget', never 'not supported'.")
+RULE = (
+    "supported when the effect's 95% interval lies entirely above 0; not supported when entirely below 0; "
+    "inconclusive otherwise. Loss differences: a t-interval over seed-paired differences with ≥ 2 seeds (paired by "
+    "seed number); with one seed, the bootstrap over windows widened to the preset's seed-noise floor (Student's "
+    "t at the floor's degrees of freedom), and inconclusive when the preset measured no floor (one seed says "
+    "nothing about training noise). A loss comparison from runs below the declared budget (tokens per "
+    "non-embedding parameter) is 'inconclusive — not reached at this budget', never 'not supported'."
+)
 
 
 @dataclass
@@ -144,7 +152,7 @@ def difference(label: str, e1: Effect, e2: Effect) -> Effect:
     if not (is_finite(e1.value) and is_finite(e2.value)):
         return Effect(label, None, noise="missing numbers")
     h1, h2 = half_width(e1), half_width(e2)
-    h = math.sqrt(h1 ** 2 + h2 ** 2) if h1 is not None and h2 is not None else None
+    h = math.sqrt(h1**2 + h2**2) if h1 is not None and h2 is not None else None
     return interval_effect(label, e1.value - e2.value, h, "combined: sqrt(h1² + h2²)")
 
 
@@ -154,7 +162,7 @@ def seed_noise_floor(groups: Sequence[Sequence[float]], level: float = 0.95) -> 
     losses at its seeds) with k_g ≥ 2 — the 95% half-width of a difference between two arms trained with one seed
     each. The quantile is Student's t at the floor's real degrees of freedom (DESIGN.md §2: also for noise floors
     estimated from few seeds), not z = 1.96: from df = 2, t = 4.30. None without such a group."""
-    from smallinit.stats import t_quantile
+    from smallinit.core.stats import t_quantile
 
     ss, df = 0.0, 0
     for g in groups:
@@ -174,12 +182,13 @@ def seed_pairs(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[list[int
     return seeds, [float(a[s]) for s in seeds], [float(b[s]) for s in seeds]
 
 
-def seed_paired_effect(label: str, claimed: Mapping[int, float], other: Mapping[int, float],
-                       min_seeds: int = 2) -> Effect:
+def seed_paired_effect(
+    label: str, claimed: Mapping[int, float], other: Mapping[int, float], min_seeds: int = 2
+) -> Effect:
     """mean over seeds of d_s = claimed_s − other_s with the 95% t-interval mean(d) ± t_{k−1}·sd(d)/√k over the k
-    seeds present in both (:func:`seed_pairs`, :func:`smallinit.stats.paired_t_interval`). Fewer than
+    seeds present in both (:func:`seed_pairs`, :func:`smallinit.core.stats.paired_t_interval`). Fewer than
     ``min_seeds`` pairs: the value without an interval (inconclusive), and a noise text that says so."""
-    from smallinit.stats import paired_t_interval
+    from smallinit.core.stats import paired_t_interval
 
     seeds, x, y = seed_pairs(claimed, other)
     d = [u - v for u, v in zip(x, y)]
@@ -188,43 +197,63 @@ def seed_paired_effect(label: str, claimed: Mapping[int, float], other: Mapping[
     if len(d) < max(2, min_seeds):
         return Effect(label, float(np.mean(d)), noise=f"{len(d)} seed pair(s): a verdict needs ≥ {max(2, min_seeds)}")
     t = paired_t_interval(d)
-    return Effect(label, t.value, t.lo, t.hi, f"95% t-interval over {len(d)} seed-paired differences "
-                                              f"(seeds {', '.join(map(str, seeds))})")
+    return Effect(
+        label,
+        t.value,
+        t.lo,
+        t.hi,
+        f"95% t-interval over {len(d)} seed-paired differences (seeds {', '.join(map(str, seeds))})",
+    )
 
 
 def at_budget(v: Verdict, tokens_per_param: float | None, enough: float | None, what: str = "the runs") -> Verdict:
     """A loss claim's verdict at the declared budget (DESIGN.md §2, "The declared budget"): when ``enough`` (K, tokens
     per non-embedding parameter, ``Preset.enough``) is given and ``tokens_per_param`` (the smallest over the runs
-    compared) is below (1 − :data:`smallinit.crossing.DECLARED_TOLERANCE`)·K, the verdict becomes
+    compared) is below (1 − :data:`smallinit.analysis.crossing.DECLARED_TOLERANCE`)·K, the verdict becomes
     :data:`NOT_REACHED` whatever the interval says (the effects stay, and a note says what they would read); with K
     given and the runs' tokens per parameter unknown, a supported / not supported verdict becomes inconclusive.
     The numbers gain ``budget_tokens_per_param`` and ``declared_tokens_per_param``. ``enough`` None: no budget
     declared, the verdict unchanged."""
-    from smallinit.crossing import DECLARED_TOLERANCE
+    from smallinit.analysis.crossing import DECLARED_TOLERANCE
 
     if enough is None:
         return v
     nums = {**v.numbers, "budget_tokens_per_param": tokens_per_param, "declared_tokens_per_param": enough}
     if not is_finite(tokens_per_param):
         if v.verdict in (SUPPORTED, NOT_SUPPORTED):
-            return Verdict(INCONCLUSIVE, v.effects, nums, v.notes + [
-                f"the tokens per parameter of {what} are unknown, so the declared budget ({enough:g}) cannot be "
-                f"checked (would read '{v.verdict}')"])
+            return Verdict(
+                INCONCLUSIVE,
+                v.effects,
+                nums,
+                v.notes
+                + [
+                    f"the tokens per parameter of {what} are unknown, so the declared budget ({enough:g}) cannot be "
+                    f"checked (would read '{v.verdict}')"
+                ],
+            )
         return Verdict(v.verdict, v.effects, nums, v.notes)
     if tokens_per_param < (1.0 - DECLARED_TOLERANCE) * enough:
-        return Verdict(NOT_REACHED, v.effects, nums, v.notes + [
-            f"{what} train {tokens_per_param:.3g} tokens per non-embedding parameter, below the declared budget of "
-            f"{enough:g}: a loss comparison this short says nothing about the claim (it would read '{v.verdict}')"])
+        return Verdict(
+            NOT_REACHED,
+            v.effects,
+            nums,
+            v.notes
+            + [
+                f"{what} train {tokens_per_param:.3g} tokens per non-embedding parameter, below the declared budget of "
+                f"{enough:g}: a loss comparison this short says nothing about the claim (it would read '{v.verdict}')"
+            ],
+        )
     return Verdict(v.verdict, v.effects, nums, v.notes)
 
 
-def lower_is_better_effect(label: str, variant: Sequence[float], baseline: Sequence[float],
-                           boot_hw: float | None = None) -> Effect:
+def lower_is_better_effect(
+    label: str, variant: Sequence[float], baseline: Sequence[float], boot_hw: float | None = None
+) -> Effect:
     """Effect of a variant on a lower-is-better metric (a loss): mean(baseline) − mean(variant) (> 0: the
     variant is better). ``variant[i]`` and ``baseline[i]`` are seed i. With ≥ 2 seed pairs: the 95% t-interval
     of the seed-paired differences baseline_i − variant_i, widened to ``boot_hw`` when that is larger; with one
     seed: ± ``boot_hw`` (the caller folds the preset's seed-noise floor into it, see ClaimContext.loss_hw)."""
-    from smallinit.stats import paired_t_interval
+    from smallinit.core.stats import paired_t_interval
 
     v = [x for x in variant if is_finite(x)]
     b = [x for x in baseline if is_finite(x)]
@@ -241,19 +270,27 @@ def lower_is_better_effect(label: str, variant: Sequence[float], baseline: Seque
         return interval_effect(label, value, half, note)
     if not is_finite(boot_hw):
         return Effect(label, value, noise="one seed and no noise estimate")
-    return interval_effect(label, value, boot_hw, f"one seed: ±{boot_hw:.3g} (bootstrap over windows and the "
-                                                   "preset's seed-noise floor, the larger)")
+    return interval_effect(
+        label,
+        value,
+        boot_hw,
+        f"one seed: ±{boot_hw:.3g} (bootstrap over windows and the preset's seed-noise floor, the larger)",
+    )
 
 
-def higher_is_better_effect(label: str, variant: Sequence[float], baseline: Sequence[float],
-                            boot_hw: float | None = None) -> Effect:
+def higher_is_better_effect(
+    label: str, variant: Sequence[float], baseline: Sequence[float], boot_hw: float | None = None
+) -> Effect:
     """mean(variant) − mean(baseline) for a higher-is-better metric (accuracy), noise as above."""
-    e = lower_is_better_effect(label, [-x for x in variant if is_finite(x)], [-x for x in baseline if is_finite(x)], boot_hw)
+    e = lower_is_better_effect(
+        label, [-x for x in variant if is_finite(x)], [-x for x in baseline if is_finite(x)], boot_hw
+    )
     return e
 
 
-def bootstrap_mean_ci(values: Sequence[float], n_boot: int = 2000, seed: int = 0,
-                      level: float = 0.95) -> tuple[float, float]:
+def bootstrap_mean_ci(
+    values: Sequence[float], n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``values``."""
     x = np.asarray([v for v in values if is_finite(v)], dtype=np.float64)
     if x.size == 0:
@@ -266,8 +303,9 @@ def bootstrap_mean_ci(values: Sequence[float], n_boot: int = 2000, seed: int = 0
     return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
 
 
-def paired_effect(label: str, claimed: Sequence[float], other: Sequence[float], units: str,
-                  n_boot: int = 2000, seed: int = 0) -> Effect:
+def paired_effect(
+    label: str, claimed: Sequence[float], other: Sequence[float], units: str, n_boot: int = 2000, seed: int = 0
+) -> Effect:
     """mean over units of (claimed_i − other_i) with a percentile bootstrap 95% interval over the units
     (layers, matrices, norms ...), i.e. "consistently larger across units"."""
     d = [a - b for a, b in zip(claimed, other) if is_finite(a) and is_finite(b)]
@@ -277,8 +315,9 @@ def paired_effect(label: str, claimed: Sequence[float], other: Sequence[float], 
     return Effect(label, float(np.mean(d)), lo, hi, f"bootstrap 95% over {len(d)} {units}")
 
 
-def proportion_gap_ci(correct_a: Sequence[int], correct_b: Sequence[int], n_boot: int = 2000,
-                      seed: int = 0) -> float | None:
+def proportion_gap_ci(
+    correct_a: Sequence[int], correct_b: Sequence[int], n_boot: int = 2000, seed: int = 0
+) -> float | None:
     """Half-width of a bootstrap 95% interval of mean(a) − mean(b), examples resampled within each arm."""
     a = np.asarray(correct_a, dtype=np.float64)
     b = np.asarray(correct_b, dtype=np.float64)
@@ -301,7 +340,31 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
 
 
-__all__ = ["Effect", "INCONCLUSIVE", "NOT_REACHED", "NOT_RUN", "NOT_SUPPORTED", "RULE", "SUPPORTED", "VERDICTS", "Verdict",
-           "at_budget", "bootstrap_mean_ci", "combine", "difference", "effect_verdict", "half_width",
-           "higher_is_better_effect", "interval_effect", "is_finite", "lower_is_better_effect", "noise_half_width",
-           "paired_effect", "proportion_gap_ci", "seed_noise_floor", "seed_paired_effect", "seed_pairs", "seed_spread"]
+__all__ = [
+    "Effect",
+    "INCONCLUSIVE",
+    "NOT_REACHED",
+    "NOT_RUN",
+    "NOT_SUPPORTED",
+    "RULE",
+    "SUPPORTED",
+    "VERDICTS",
+    "Verdict",
+    "at_budget",
+    "bootstrap_mean_ci",
+    "combine",
+    "difference",
+    "effect_verdict",
+    "half_width",
+    "higher_is_better_effect",
+    "interval_effect",
+    "is_finite",
+    "lower_is_better_effect",
+    "noise_half_width",
+    "paired_effect",
+    "proportion_gap_ci",
+    "seed_noise_floor",
+    "seed_paired_effect",
+    "seed_pairs",
+    "seed_spread",
+]

@@ -21,9 +21,9 @@ One job per module; this package re-exports their public names:
 
 from __future__ import annotations
 
-# FIVE_BIN_NAMES, CI_LEVEL, DEFAULT_TOKENS, quantile_bins and _canonical_tokenizer (smallinit.scaling checks
+# FIVE_BIN_NAMES, CI_LEVEL, DEFAULT_TOKENS, quantile_bins and _canonical_tokenizer (smallinit.analysis.scaling checks
 # runs' tokenizers with it) are importable from here too, outside __all__
-from smallinit.compare.bins import (  # noqa: F401
+from smallinit.analysis.compare.bins import (  # noqa: F401
     FIVE_BIN_NAMES,
     bin_names,
     delta_sym,
@@ -31,12 +31,12 @@ from smallinit.compare.bins import (  # noqa: F401
     difficulty_bins,
     quantile_bins,
 )
-from smallinit.compare.bootstrap import CI_LEVEL, bootstrap_ci  # noqa: F401
-from smallinit.compare.contexts import contexts_markdown, top_contexts
-from smallinit.compare.report import bins_table, write_comparison
-from smallinit.compare.runs import compare_models, summarize_scores
-from smallinit.compare.scoring import DEFAULT_TOKENS, TokenScores, _canonical_tokenizer, score_models  # noqa: F401
-from smallinit.compare.summary import compare_token_scores
+from smallinit.analysis.compare.bootstrap import CI_LEVEL, bootstrap_ci  # noqa: F401
+from smallinit.analysis.compare.contexts import contexts_markdown, top_contexts
+from smallinit.analysis.compare.report import bins_table, write_comparison
+from smallinit.analysis.compare.runs import compare_models, summarize_scores
+from smallinit.analysis.compare.scoring import DEFAULT_TOKENS, TokenScores, _canonical_tokenizer, score_models  # noqa: F401
+from smallinit.analysis.compare.summary import compare_token_scores
 
 __all__ = [
     "delta_sym",

@@ -14,7 +14,7 @@ import os
 import warnings
 from typing import Any
 
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 
 
 def resolve_device(name: Any = "auto", *, fallback: bool = False, what: str = "device"):

@@ -83,8 +83,11 @@ class SmallinitAttention(nn.Module):
     def __init__(self, config, layer_idx):
         super().__init__()
         self.layer_idx = layer_idx
-        self.n_heads, self.n_kv_heads, self.head_dim = (config.num_attention_heads, config.num_key_value_heads,
-                                                        config.head_dim)
+        self.n_heads, self.n_kv_heads, self.head_dim = (
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+        )
         self.gate_rows = config.gate_rows
         d = config.hidden_size
         self.q_proj = nn.Linear(d, self.n_heads * (self.head_dim + self.gate_rows), bias=False)
@@ -150,8 +153,9 @@ class SmallinitMoE(nn.Module):
             self.register_buffer("expert_bias", torch.zeros(E))
         else:
             self.expert_bias = None
-        self.shared_expert = (SmallinitMLP(d, config.n_shared_experts * config.moe_intermediate_size)
-                              if config.n_shared_experts else None)
+        self.shared_expert = (
+            SmallinitMLP(d, config.n_shared_experts * config.moe_intermediate_size) if config.n_shared_experts else None
+        )
 
     def forward(self, x):
         shape = x.shape
@@ -179,8 +183,11 @@ class SmallinitDecoderLayer(nn.Module):
         self.input_layernorm = SmallinitRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = SmallinitAttention(config, layer_idx)
         self.post_attention_layernorm = SmallinitRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = (SmallinitMoE(config) if config.is_moe_layer(layer_idx)
-                    else SmallinitMLP(config.hidden_size, config.intermediate_size))
+        self.mlp = (
+            SmallinitMoE(config)
+            if config.is_moe_layer(layer_idx)
+            else SmallinitMLP(config.hidden_size, config.intermediate_size)
+        )
 
     def forward(self, h, cos, sin, mask, is_causal, cache):
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, mask, is_causal, cache)
@@ -251,9 +258,19 @@ class SmallinitModel(SmallinitPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embed_tokens = value
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                inputs_embeds=None, use_cache=None, output_hidden_states=None, return_dict=None, cache=None,
-                **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values=None,
+        inputs_embeds=None,
+        use_cache=None,
+        output_hidden_states=None,
+        return_dict=None,
+        cache=None,
+        **kwargs,
+    ):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids and inputs_embeds")
         h = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
@@ -279,14 +296,18 @@ class SmallinitModel(SmallinitPreTrainedModel):
         h = self.norm(h)
         if hidden is not None:
             hidden.append(h)
-        out = BaseModelOutputWithPast(last_hidden_state=h, hidden_states=tuple(hidden) if hidden else None,
-                                      **{_CACHE_FIELD: cache if use_cache else None})
+        out = BaseModelOutputWithPast(
+            last_hidden_state=h,
+            hidden_states=tuple(hidden) if hidden else None,
+            **{_CACHE_FIELD: cache if use_cache else None},
+        )
         return out if return_dict is not False else out.to_tuple()
 
 
 class SmallinitForCausalLM(SmallinitPreTrainedModel, GenerationMixin):
-    _tied_weights_keys = ({"lm_head.weight": "model.embed_tokens.weight"} if _TRANSFORMERS_MAJOR >= 5
-                          else ["lm_head.weight"])
+    _tied_weights_keys = (
+        {"lm_head.weight": "model.embed_tokens.weight"} if _TRANSFORMERS_MAJOR >= 5 else ["lm_head.weight"]
+    )
 
     def __init__(self, config):
         super().__init__(config)
@@ -306,12 +327,32 @@ class SmallinitForCausalLM(SmallinitPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value):
         self.lm_head = value
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                inputs_embeds=None, labels=None, use_cache=None, output_hidden_states=None, return_dict=None,
-                logits_to_keep=0, cache=None, **kwargs):
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
-                         use_cache=use_cache, output_hidden_states=output_hidden_states, return_dict=True)
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values=None,
+        inputs_embeds=None,
+        labels=None,
+        use_cache=None,
+        output_hidden_states=None,
+        return_dict=None,
+        logits_to_keep=0,
+        cache=None,
+        **kwargs,
+    ):
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
         h = out.last_hidden_state
         if isinstance(logits_to_keep, int):
             h = h[:, -logits_to_keep:] if logits_to_keep else h
@@ -320,10 +361,12 @@ class SmallinitForCausalLM(SmallinitPreTrainedModel, GenerationMixin):
         logits = self.lm_head(h)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten().to(logits.device),
-                                   ignore_index=-100)
-        res = CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=out.hidden_states,
-                                     **{_CACHE_FIELD: getattr(out, _CACHE_FIELD)})
+            loss = F.cross_entropy(
+                logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten().to(logits.device), ignore_index=-100
+            )
+        res = CausalLMOutputWithPast(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, **{_CACHE_FIELD: getattr(out, _CACHE_FIELD)}
+        )
         return res if return_dict is not False else res.to_tuple()
 
 

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 import yaml
 
-from smallinit.errors import CheckpointError
-from smallinit.io import fsync_dir, sha256_file
+from smallinit.core.errors import CheckpointError
+from smallinit.core.io import fsync_dir, sha256_file
 
 CKPT_SUBDIR = "checkpoints"
 MANIFEST = "manifest.json"
@@ -60,10 +60,17 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def save_checkpoint(run_dir: str | os.PathLike, step: int, model_state: dict[str, torch.Tensor],
-                    optim_state: dict[str, Any], state: dict[str, Any], config: dict[str, Any],
-                    keep: int | None = None, tied_keys: tuple[str, ...] = (),
-                    keep_steps: tuple[int, ...] = ()) -> Path:
+def save_checkpoint(
+    run_dir: str | os.PathLike,
+    step: int,
+    model_state: dict[str, torch.Tensor],
+    optim_state: dict[str, Any],
+    state: dict[str, Any],
+    config: dict[str, Any],
+    keep: int | None = None,
+    tied_keys: tuple[str, ...] = (),
+    keep_steps: tuple[int, ...] = (),
+) -> Path:
     """Write a complete checkpoint for ``step``; keep only the newest ``keep`` ones, plus those of the steps in
     ``keep_steps`` (never pruned: cooldown branches start from them). Returns its path.
 
@@ -151,7 +158,9 @@ def verify_checkpoint(ckpt: str | os.PathLike) -> dict[str, Any]:
         if not p.is_file():
             raise CheckpointError(f"{p}: file missing from checkpoint")
         if p.stat().st_size != info.get("bytes"):
-            raise CheckpointError(f"{p}: size {p.stat().st_size} != {info.get('bytes')} recorded (truncated or altered)")
+            raise CheckpointError(
+                f"{p}: size {p.stat().st_size} != {info.get('bytes')} recorded (truncated or altered)"
+            )
         if sha256_file(p) != info.get("sha256"):
             raise CheckpointError(f"{p}: checksum mismatch (file corrupted)")
     return manifest
@@ -207,15 +216,21 @@ def read_checkpoint(ckpt: str | os.PathLike, verify: bool = True) -> dict[str, A
         try:
             out[name] = load(p)
         except pickle.UnpicklingError:
-            raise CheckpointError(f"{p}: refused: it holds objects other than tensors and plain data "
-                                  "(loading it could run code)") from None
+            raise CheckpointError(
+                f"{p}: refused: it holds objects other than tensors and plain data (loading it could run code)"
+            ) from None
         except Exception as e:  # noqa: BLE001 - any failure to parse the file means a bad checkpoint
             first = (str(e).splitlines() or [""])[0][:200]
             raise CheckpointError(f"{p}: unreadable ({type(e).__name__}: {first})") from None
         if name != "model.safetensors" and not isinstance(out[name], dict):
             raise CheckpointError(f"{p}: expected a mapping, got {type(out[name]).__name__}")
-    return {"model": out["model.safetensors"], "optim": out["optim.pt"], "state": out["state.json"],
-            "config": out["config.yaml"], "path": ckpt}
+    return {
+        "model": out["model.safetensors"],
+        "optim": out["optim.pt"],
+        "state": out["state.json"],
+        "config": out["config.yaml"],
+        "path": ckpt,
+    }
 
 
 def model_from_state(config: dict[str, Any], tensors: dict[str, torch.Tensor], map_location="cpu"):

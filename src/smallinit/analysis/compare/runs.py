@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-from smallinit.compare.scoring import DEFAULT_TOKENS, TokenScores, score_models
-from smallinit.compare.summary import compare_token_scores
+from smallinit.analysis.compare.scoring import DEFAULT_TOKENS, TokenScores, score_models
+from smallinit.analysis.compare.summary import compare_token_scores
 
 
-def summarize_scores(scores: TokenScores, n_bins: int = 5, by_source: bool = False, seed: int = 0,
-                     n_boot: int = 1000, reference: TokenScores | None = None, by_window: bool = False) -> dict:
+def summarize_scores(
+    scores: TokenScores,
+    n_bins: int = 5,
+    by_source: bool = False,
+    seed: int = 0,
+    n_boot: int = 1000,
+    reference: TokenScores | None = None,
+    by_window: bool = False,
+) -> dict:
     """``compare_token_scores`` on ``scores`` plus the scoring ``setup`` (runs, checkpoints, data, seq_len).
 
     ``reference``: scores whose ``logp_a`` is a third model's on the same positions (bins by its loss);
@@ -25,9 +32,16 @@ def summarize_scores(scores: TokenScores, n_bins: int = 5, by_source: bool = Fal
         if not np.array_equal(reference.positions, scores.positions):
             raise ValueError("the reference model was scored on other positions than A and B")
         ref = reference.logp_a
-    res = compare_token_scores(scores.logp_a, scores.logp_b, n_bins=n_bins,
-                               sources=scores.sources if by_source else None, seed=seed, n_boot=n_boot,
-                               reference_logp=ref, windows=scores.window_starts if by_window else None)
+    res = compare_token_scores(
+        scores.logp_a,
+        scores.logp_b,
+        n_bins=n_bins,
+        sources=scores.sources if by_source else None,
+        seed=seed,
+        n_boot=n_boot,
+        reference_logp=ref,
+        windows=scores.window_starts if by_window else None,
+    )
     return {"setup": dict(scores.info), **res}
 
 
@@ -61,21 +75,34 @@ def compare_models(
     val source (e.g. language). Returns the dict of ``compare_token_scores`` plus ``setup``.
     Refuses (DataError) when the runs' tokenizers differ.
     """
-    scores = score_models(run_a, run_b, data_dir=data_dir, tokens=tokens, seq_len=seq_len,
-                          batch_size=batch_size, bos=bos, device=device)
+    scores = score_models(
+        run_a, run_b, data_dir=data_dir, tokens=tokens, seq_len=seq_len, batch_size=batch_size, bos=bos, device=device
+    )
     ref = None
     refs = [] if reference is None else [reference] if isinstance(reference, (str, os.PathLike)) else list(reference)
     if refs:
-        scored = [score_models(r, run_b, data_dir=data_dir, tokens=tokens, seq_len=seq_len, batch_size=batch_size,
-                               bos=bos, device=device) for r in refs]
+        scored = [
+            score_models(
+                r,
+                run_b,
+                data_dir=data_dir,
+                tokens=tokens,
+                seq_len=seq_len,
+                batch_size=batch_size,
+                bos=bos,
+                device=device,
+            )
+            for r in refs
+        ]
         for r, sc in zip(refs[1:], scored[1:]):
             if not np.array_equal(sc.positions, scored[0].positions):
                 raise ValueError(f"the reference run {r} was scored on other positions than {refs[0]}")
         ref = scored[0]
         if len(scored) > 1:  # the mean per-token loss of the references: log p_ref = mean_r log p_r
             ref = dataclasses.replace(ref, logp_a=np.mean([sc.logp_a for sc in scored], axis=0))
-    res = summarize_scores(scores, n_bins=n_bins, by_source=by_source, seed=seed, n_boot=n_boot, reference=ref,
-                           by_window=by_window)
+    res = summarize_scores(
+        scores, n_bins=n_bins, by_source=by_source, seed=seed, n_boot=n_boot, reference=ref, by_window=by_window
+    )
     if refs:
         res["setup"]["reference"] = str(refs[0]) if len(refs) == 1 else [str(r) for r in refs]
     return res

@@ -14,7 +14,7 @@ Checks, in order:
 - ``metrics.jsonl``: every line parses, steps strictly increase, and no step that should have been
   logged is missing (steps s with s % log_every == 0, s % eval_every == 0 or s == max_steps);
 - the data folder (``data.path``): the vocabulary and tokenizer the run trained with, every token id below the
-  vocabulary (:func:`smallinit.rundir.data_mismatch`, as ``train --resume`` checks);
+  vocabulary (:func:`smallinit.runs.rundir.data_mismatch`, as ``train --resume`` checks);
 - ``probes.jsonl``: every line parses and steps increase;
 - ``summary.json``: present and parseable once the run completed (reported as **complete**, naming the step);
   ``diverged.json`` (written when training stopped on a non-finite or diverged loss) is reported as **diverged**,
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smallinit.errors import RunDirError, SmallinitError
+from smallinit.core.errors import RunDirError, SmallinitError
 
 OK, NOTE, PROBLEM = "ok", "note", "problem"
 
@@ -81,8 +81,13 @@ class DoctorReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_dir": str(self.run_dir), "healthy": self.healthy, "status": self.status, "active_pid": self.active_pid,
-                "findings": [asdict(f) for f in self.findings]}
+        return {
+            "run_dir": str(self.run_dir),
+            "healthy": self.healthy,
+            "status": self.status,
+            "active_pid": self.active_pid,
+            "findings": [asdict(f) for f in self.findings],
+        }
 
 
 def lock_holder(run_dir: Path) -> int | None:
@@ -127,11 +132,14 @@ def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], list[int]]:
 
 
 def _check_config(rep: DoctorReport, rd: Path, good_ckpts: list[Path]):
-    from smallinit.train.config import config_from_dict, read_config_file
+    from smallinit.config import config_from_dict, read_config_file
 
     path = rd / "config.yaml"
-    restore = (f"restore it from the newest good checkpoint: cp {good_ckpts[-1] / 'config.yaml'} {path}"
-               if good_ckpts else "no checkpoint holds a copy; recreate it with the run's original settings")
+    restore = (
+        f"restore it from the newest good checkpoint: cp {good_ckpts[-1] / 'config.yaml'} {path}"
+        if good_ckpts
+        else "no checkpoint holds a copy; recreate it with the run's original settings"
+    )
     if not path.is_file():
         rep.add(PROBLEM, "config.yaml is missing", restore)
         return None
@@ -145,25 +153,32 @@ def _check_config(rep: DoctorReport, rd: Path, good_ckpts: list[Path]):
         rep.add(PROBLEM, "config.yaml has no model/data sections (emptied or truncated?)", restore)
         return None
     if good_ckpts:  # the checkpoint's own copy says what model its weights are
-        saved = (read_config_file(good_ckpts[-1] / "config.yaml") if (good_ckpts[-1] / "config.yaml").is_file()
-                 else {}).get("model") or {}
+        saved = (
+            read_config_file(good_ckpts[-1] / "config.yaml") if (good_ckpts[-1] / "config.yaml").is_file() else {}
+        ).get("model") or {}
         changed = sorted(k for k in saved if raw["model"].get(k, saved[k]) != saved[k])
         if changed:
             k, more = changed[0], f"; {len(changed) - 1} more" if len(changed) > 1 else ""
-            rep.add(PROBLEM, f"config.yaml's model differs from the newest checkpoint's copy ({k}: "
-                             f"{raw['model'][k]!r} here, {saved[k]!r} there{more}): a resume cannot load its weights",
-                    restore)
+            rep.add(
+                PROBLEM,
+                f"config.yaml's model differs from the newest checkpoint's copy ({k}: "
+                f"{raw['model'][k]!r} here, {saved[k]!r} there{more}): a resume cannot load its weights",
+                restore,
+            )
             return None
     t = cfg.train
-    rep.add(OK, f"config.yaml loads (max_steps {t.max_steps}, batch {t.batch_size}, seq_len {cfg.data.seq_len}, "
-                f"gamma {cfg.model.gamma})")
+    rep.add(
+        OK,
+        f"config.yaml loads (max_steps {t.max_steps}, batch {t.batch_size}, seq_len {cfg.data.seq_len}, "
+        f"gamma {cfg.model.gamma})",
+    )
     return cfg
 
 
 def _check_data(rep: DoctorReport, rd: Path, cfg) -> None:
     """The run's data folder is still the data it trained on (what ``train --resume`` verifies before step 1)."""
     from smallinit.data import TokenData
-    from smallinit.rundir import data_mismatch, run_data_path
+    from smallinit.runs.rundir import data_mismatch, run_data_path
 
     d = cfg.to_dict()
     path = run_data_path(rd, d)
@@ -175,15 +190,18 @@ def _check_data(rep: DoctorReport, rd: Path, cfg) -> None:
     except SmallinitError as e:
         why = str(e)
     if why:
-        rep.add(PROBLEM, f"the run's data does not match it: {why}",
-                "restore the data folder the run was trained on before resuming, evaluating or comparing it")
+        rep.add(
+            PROBLEM,
+            f"the run's data does not match it: {why}",
+            "restore the data folder the run was trained on before resuming, evaluating or comparing it",
+        )
     else:
         rep.add(OK, f"data {path}: same vocabulary and tokenizer as the run, every token id below the vocabulary")
 
 
 def _check_checkpoints(rep: DoctorReport, rd: Path) -> list[Path]:
     """Verify every checkpoint; returns the good ones, oldest first."""
-    from smallinit.checkpoint import CKPT_SUBDIR, MANIFEST, verify_checkpoint
+    from smallinit.runs.checkpoint import CKPT_SUBDIR, MANIFEST, verify_checkpoint
 
     root = rd / CKPT_SUBDIR
     if not root.is_dir():
@@ -193,15 +211,21 @@ def _check_checkpoints(rep: DoctorReport, rd: Path) -> list[Path]:
         if active:
             rep.add(NOTE, f"{tmp.name}: a checkpoint being written now")
         else:
-            rep.add(PROBLEM, f"{tmp.name}: partial checkpoint left by a killed process (never used)",
-                    f"delete it: rm -r {tmp}  (resume also removes it)")
+            rep.add(
+                PROBLEM,
+                f"{tmp.name}: partial checkpoint left by a killed process (never used)",
+                f"delete it: rm -r {tmp}  (resume also removes it)",
+            )
     dirs = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_") and _step_of(p) is not None)
     good, bad = [], []
     for d in dirs:
         if not (d / MANIFEST).is_file():
             if not active:
-                rep.add(PROBLEM, f"{d.name}: incomplete checkpoint (no manifest: a killed write or prune; never used)",
-                        f"delete it: rm -r {d}")
+                rep.add(
+                    PROBLEM,
+                    f"{d.name}: incomplete checkpoint (no manifest: a killed write or prune; never used)",
+                    f"delete it: rm -r {d}",
+                )
             continue
         try:
             verify_checkpoint(d)
@@ -245,8 +269,11 @@ def _check_metrics(rep: DoctorReport, rd: Path, cfg) -> int:
     before = len(rep.problems)
     for i in bad:
         last = i == n_lines
-        rep.add(PROBLEM, f"metrics.jsonl line {i} does not parse" + (" (torn last line: a kill mid-write)" if last else ""),
-                "`smallinit train --resume` drops it" if last else f"delete line {i} of {path}")
+        rep.add(
+            PROBLEM,
+            f"metrics.jsonl line {i} does not parse" + (" (torn last line: a kill mid-write)" if last else ""),
+            "`smallinit train --resume` drops it" if last else f"delete line {i} of {path}",
+        )
     steps = []
     for i, r in recs:
         s = r.get("step")
@@ -254,8 +281,12 @@ def _check_metrics(rep: DoctorReport, rd: Path, cfg) -> int:
             rep.add(PROBLEM, f"metrics.jsonl line {i} has no integer step", f"delete line {i} of {path}")
             continue
         if steps and s <= steps[-1]:
-            rep.add(PROBLEM, f"metrics.jsonl line {i}: step {s} after step {steps[-1]} (steps must increase: "
-                             "two runs writing one log?)", f"remove the repeated lines from {path}")
+            rep.add(
+                PROBLEM,
+                f"metrics.jsonl line {i}: step {s} after step {steps[-1]} (steps must increase: "
+                "two runs writing one log?)",
+                f"remove the repeated lines from {path}",
+            )
         steps.append(s)
     if not steps:
         rep.add(NOTE, "metrics.jsonl holds no records")
@@ -265,9 +296,11 @@ def _check_metrics(rep: DoctorReport, rd: Path, cfg) -> int:
         missing = sorted(_expected_steps(cfg, last) - set(steps))
         if missing:
             shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
-            rep.add(PROBLEM, f"metrics.jsonl misses {len(missing)} logged step(s) (log_every "
-                             f"{cfg.train.log_every}): {shown}",
-                    "the run's log has holes; resuming from a checkpoint before them rewrites the log from there")
+            rep.add(
+                PROBLEM,
+                f"metrics.jsonl misses {len(missing)} logged step(s) (log_every {cfg.train.log_every}): {shown}",
+                "the run's log has holes; resuming from a checkpoint before them rewrites the log from there",
+            )
     if len(rep.problems) == before:
         rep.add(OK, f"metrics.jsonl: {len(steps)} records, steps {min(steps)}..{last}, strictly increasing, no gaps")
     return last
@@ -281,12 +314,18 @@ def _check_probes(rep: DoctorReport, rd: Path) -> None:
     n_lines = len(recs) + len(bad)
     for i in bad:
         last = i == n_lines
-        rep.add(PROBLEM, f"probes.jsonl line {i} does not parse" + (" (torn last line)" if last else ""),
-                "`smallinit train --resume` drops it" if last else f"delete line {i} of {path}")
+        rep.add(
+            PROBLEM,
+            f"probes.jsonl line {i} does not parse" + (" (torn last line)" if last else ""),
+            "`smallinit train --resume` drops it" if last else f"delete line {i} of {path}",
+        )
     steps = [r.get("step") for _, r in recs]
     if any(not isinstance(s, int) for s in steps) or any(b <= a for a, b in zip(steps, steps[1:])):
-        rep.add(PROBLEM, "probes.jsonl steps are not strictly increasing integers",
-                "resume from a checkpoint before the disorder rewrites the probes from there")
+        rep.add(
+            PROBLEM,
+            "probes.jsonl steps are not strictly increasing integers",
+            "resume from a checkpoint before the disorder rewrites the probes from there",
+        )
     elif not bad:
         rep.add(OK, f"probes.jsonl: {len(steps)} records" + (f", steps {steps[0]}..{steps[-1]}" if steps else ""))
 
@@ -305,14 +344,20 @@ def _check_completion(rep: DoctorReport, rd: Path, cfg, good: list[Path], last_l
         if s.get("completed"):
             missing = [k for k in ("step", "final_loss", "final_val_loss") if s.get(k) is None]
             if missing:
-                rep.add(PROBLEM, f"summary.json says complete but has no value for {', '.join(missing)}",
-                        f"a resume of a finished run by an older smallinit blanked them: delete {path} and run "
-                        f"`{resume}` (it rewrites the summary from metrics.jsonl and the final checkpoint)")
+                rep.add(
+                    PROBLEM,
+                    f"summary.json says complete but has no value for {', '.join(missing)}",
+                    f"a resume of a finished run by an older smallinit blanked them: delete {path} and run "
+                    f"`{resume}` (it rewrites the summary from metrics.jsonl and the final checkpoint)",
+                )
                 return
             if not good:
-                rep.add(PROBLEM, f"summary.json says complete (step {s.get('step')}) but no good checkpoint is "
-                                 f"left: the trained weights are gone (eval, export, probe and compare need them)",
-                        f"restore {rd / 'checkpoints'} from a copy, or train the run again into a new folder")
+                rep.add(
+                    PROBLEM,
+                    f"summary.json says complete (step {s.get('step')}) but no good checkpoint is "
+                    f"left: the trained weights are gone (eval, export, probe and compare need them)",
+                    f"restore {rd / 'checkpoints'} from a copy, or train the run again into a new folder",
+                )
                 return
             rep.status = "complete"
             rep.add(OK, f"run complete: step {s.get('step')}, final val loss {s.get('final_val_loss')}")
@@ -332,11 +377,17 @@ def _check_completion(rep: DoctorReport, rd: Path, cfg, good: list[Path], last_l
             d = {}
         rep.status = "diverged"
         kept = d.get("checkpoint") or (good[-1].name if good else None)
-        what = "a non-finite loss or gradient" if d.get("kind") == "non-finite" else \
-            f"the loss above {d.get('threshold', float('nan')):.2f} (ln V + margin)"
-        rep.add(PROBLEM, f"run diverged at step {d.get('step', '?')}: {what}; stopped at step {d.get('stopped_at', '?')}",
-                f"the newest checkpoint from before it is {kept or 'none'}; lower optim.lr (or raise warmup) and "
-                "train a new run from it or from scratch; `--resume` would repeat the same steps")
+        what = (
+            "a non-finite loss or gradient"
+            if d.get("kind") == "non-finite"
+            else f"the loss above {d.get('threshold', float('nan')):.2f} (ln V + margin)"
+        )
+        rep.add(
+            PROBLEM,
+            f"run diverged at step {d.get('step', '?')}: {what}; stopped at step {d.get('stopped_at', '?')}",
+            f"the newest checkpoint from before it is {kept or 'none'}; lower optim.lr (or raise warmup) and "
+            "train a new run from it or from scratch; `--resume` would repeat the same steps",
+        )
         return
     failed = rd / "failed.json"  # written by `smallinit sweep` when the run exited with an error
     if failed.is_file():
@@ -345,15 +396,21 @@ def _check_completion(rep: DoctorReport, rd: Path, cfg, good: list[Path], last_l
             err = json.loads(failed.read_text()).get("error")
         except (ValueError, AttributeError):
             err = None
-        rep.add(PROBLEM, f"the sweep recorded this run as failed: {err or 'see its log, ../jobs/<run>.log'}",
-                "fix the cause, then rerun the sweep with --retry-failed (or resume this run directly)")
+        rep.add(
+            PROBLEM,
+            f"the sweep recorded this run as failed: {err or 'see its log, ../jobs/<run>.log'}",
+            "fix the cause, then rerun the sweep with --retry-failed (or resume this run directly)",
+        )
         return
     from_ = f"{good[-1].name}" if good else "step 0 (no checkpoint yet)"
     redo = ""
     if good and last_logged > _step_of(good[-1]):
         redo = f"; steps {_step_of(good[-1]) + 1}..{last_logged} will be recomputed"
-    rep.add(PROBLEM, f"run is incomplete: stopped after step {last_logged} (no summary.json)",
-            f"{resume}  (continues from {from_}{redo})")
+    rep.add(
+        PROBLEM,
+        f"run is incomplete: stopped after step {last_logged} (no summary.json)",
+        f"{resume}  (continues from {from_}{redo})",
+    )
 
 
 def check_run(run_dir: str | os.PathLike) -> DoctorReport:

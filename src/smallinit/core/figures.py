@@ -17,10 +17,11 @@ import html
 import io
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from smallinit.outputs import GENERATOR
+from smallinit.core.outputs import GENERATOR
 
 DPI = 110
 
@@ -44,7 +45,7 @@ def color(i: int):
 
 def save_png(fig: Any, path: str | os.PathLike, dpi: int = DPI, tight: bool = True) -> Path:
     """Write ``fig`` to ``path`` as a PNG atomically and close it; returns the path."""
-    from smallinit.io import atomic_write_bytes
+    from smallinit.core.io import atomic_write_bytes
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
@@ -64,16 +65,33 @@ def panel_grid(n: int, ncols: int = 4, w: float = 3.6, h: float = 2.8):
     return fig, list(axes.flat[:n])
 
 
-def margins(fig: Any, top: float = 0.75, bottom: float = 0.5, left: float = 0.6, right: float = 0.2,
-            hspace: float = 0.6, wspace: float = 0.3) -> None:
+def margins(
+    fig: Any,
+    top: float = 0.75,
+    bottom: float = 0.5,
+    left: float = 0.6,
+    right: float = 0.2,
+    hspace: float = 0.6,
+    wspace: float = 0.3,
+) -> None:
     """Fixed margins in inches (cheaper than tight_layout, which costs a full draw per call)."""
     w, h = fig.get_size_inches()
-    fig.subplots_adjust(left=left / w, right=1 - right / w, top=1 - top / h, bottom=bottom / h,
-                        hspace=hspace, wspace=wspace)
+    fig.subplots_adjust(
+        left=left / w, right=1 - right / w, top=1 - top / h, bottom=bottom / h, hspace=hspace, wspace=wspace
+    )
 
 
-def finish_axes(ax: Any, xlabel: str, ylabel: str, title: str = "", *, title_size: float = 10,
-                legend: float | None = 8, xscale: str | None = None, grid: bool = True) -> None:
+def finish_axes(
+    ax: Any,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    *,
+    title_size: float = 10,
+    legend: float | None = 8,
+    xscale: str | None = None,
+    grid: bool = True,
+) -> None:
     """The usual decoration of a one-axes figure: axis labels, title, optional x scale, legend (its font size;
     None: no legend) and a light grid."""
     if xscale:
@@ -107,21 +125,26 @@ table{display:block;max-width:100%;overflow-x:auto}
 
 def html_page(title: str, body: Sequence[str], css: str = CSS) -> str:
     """A self-contained HTML page: ``title`` in <title>, the ``body`` fragments (already escaped HTML) in order."""
-    head = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">', GENERATOR,
-            f"<title>{html.escape(title)}</title><style>{css}</style></head><body>"]
+    head = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        GENERATOR,
+        f"<title>{html.escape(title)}</title><style>{css}</style></head><body>",
+    ]
     return "\n".join(head + list(body) + ["</body></html>"]) + "\n"
 
 
 def write_html(path: str | os.PathLike, title: str, body: Sequence[str], css: str = CSS) -> Path:
     """Write :func:`html_page` to ``path`` atomically; returns the path."""
-    from smallinit.io import atomic_write_text
+    from smallinit.core.io import atomic_write_text
 
     atomic_write_text(path, html_page(title, body, css))
     return Path(path)
 
 
 # ---- shared figures ------------------------------------------------------------------------------------
+
 
 def difficulty_label(res: dict) -> str:
     """What a comparison's primary bins are quantiles of: the reference model's loss when one was scored (the
@@ -134,7 +157,7 @@ def difficulty_label(res: dict) -> str:
 def plot_delta_by_bin(res: dict[str, Any], path: str | os.PathLike, title: str | None = None) -> Path | None:
     """Bar chart of mean Δ_sym = (p_A − p_B)/(p_A + p_B) per difficulty bin with its 95% interval; one bar per
     source beside the overall one when ``res`` has ``by_source``. ``res`` is a comparison result
-    (:func:`smallinit.compare.summarize_scores`): {"bins": [...], "overall": {...}, optional "by_source"}.
+    (:func:`smallinit.analysis.compare.summarize_scores`): {"bins": [...], "overall": {...}, optional "by_source"}.
     None (nothing written) when no bin has a mean."""
     import numpy as np
 
@@ -154,8 +177,14 @@ def plot_delta_by_bin(res: dict[str, Any], path: str | os.PathLike, title: str |
         hi = np.array([np.nan if d.get("ci95") is None else d["ci95"][1] for d in ds])
         err = np.nan_to_num(np.stack([means - lo, hi - means]), nan=0.0)
         count = (r.get("overall") or {}).get("count")
-        ax.bar(x + (g - (len(groups) - 1) / 2) * width, np.nan_to_num(means), width, yerr=err, capsize=3,
-               label=f"{label} (n={count})" if count is not None else label)
+        ax.bar(
+            x + (g - (len(groups) - 1) / 2) * width,
+            np.nan_to_num(means),
+            width,
+            yerr=err,
+            capsize=3,
+            label=f"{label} (n={count})" if count is not None else label,
+        )
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xticks(x)
     ax.set_xticklabels([f"{n}\n{b['difficulty'][0]:.2f}–{b['difficulty'][1]:.2f}" for n, b in zip(names, bins)])
@@ -191,9 +220,14 @@ def plot_scatter(loss_a: Any, loss_b: Any, path: str | os.PathLike, seed: int = 
     return int(idx.size)
 
 
-def plot_scaling(path: str | os.PathLike, baseline: Sequence[tuple[float, float]],
-                 variants: dict[str, Sequence[tuple[float, float, float | None]]], fit: dict[str, Any] | None,
-                 title: str = "", baseline_label: str = "baseline") -> Path | None:
+def plot_scaling(
+    path: str | os.PathLike,
+    baseline: Sequence[tuple[float, float]],
+    variants: dict[str, Sequence[tuple[float, float, float | None]]],
+    fit: dict[str, Any] | None,
+    title: str = "",
+    baseline_label: str = "baseline",
+) -> Path | None:
     """Baseline points (N, L), the fitted curve L(N) = E + A·N^(−α) and its E, and each variant group's points
     (N, L, gain) labelled with gain = N_eff/N − 1 (log-x). None when there is no baseline point."""
     import numpy as np
@@ -205,14 +239,25 @@ def plot_scaling(path: str | os.PathLike, baseline: Sequence[tuple[float, float]
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     if fit and fit.get("A") is not None:
         grid = np.geomspace(min(allN) / 1.5, max(allN) * 1.5, 200)
-        ax.plot(grid, fit["E"] + fit["A"] * grid ** (-fit["alpha"]), color="C0", lw=1.2,
-                label=f"fit: {fit['E']:.3f} + {fit['A']:.3g}·N^-{fit['alpha']:.3f}")
+        ax.plot(
+            grid,
+            fit["E"] + fit["A"] * grid ** (-fit["alpha"]),
+            color="C0",
+            lw=1.2,
+            label=f"fit: {fit['E']:.3f} + {fit['A']:.3g}·N^-{fit['alpha']:.3f}",
+        )
         ax.axhline(fit["E"], color="C0", lw=0.8, ls=":", label=f"E = {fit['E']:.3f}")
     ax.scatter([n for n, _ in baseline], [l for _, l in baseline], color="C0", zorder=3, label=baseline_label)
     markers = "s^Dv<>PX*"
     for i, (name, vs) in enumerate(variants.items()):
-        ax.scatter([v[0] for v in vs], [v[1] for v in vs], marker=markers[i % len(markers)], color=f"C{i + 1}",
-                   zorder=3, label=name)
+        ax.scatter(
+            [v[0] for v in vs],
+            [v[1] for v in vs],
+            marker=markers[i % len(markers)],
+            color=f"C{i + 1}",
+            zorder=3,
+            label=name,
+        )
         for n, l, gain in vs:
             txt = "N_eff undefined" if gain is None else f"{gain:+.0%}"
             ax.annotate(txt, (n, l), textcoords="offset points", xytext=(5, 4), fontsize=7, color=f"C{i + 1}")
@@ -225,5 +270,19 @@ def plot_scaling(path: str | os.PathLike, baseline: Sequence[tuple[float, float]
     return save_png(fig, path)
 
 
-__all__ = ["CSS", "DPI", "color", "difficulty_label", "finish_axes", "html_page", "margins", "panel_grid", "plot_delta_by_bin", "plot_scaling",
-           "plot_scatter", "pyplot", "save_png", "write_html"]
+__all__ = [
+    "CSS",
+    "DPI",
+    "color",
+    "difficulty_label",
+    "finish_axes",
+    "html_page",
+    "margins",
+    "panel_grid",
+    "plot_delta_by_bin",
+    "plot_scaling",
+    "plot_scatter",
+    "pyplot",
+    "save_png",
+    "write_html",
+]

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from smallinit.compare.bins import _to_numpy
+from smallinit.analysis.compare.bins import _to_numpy
 
 CI_LEVEL = 0.95
 

@@ -1,5 +1,5 @@
 """The gap fit of a crossover: G(D) = c − a·D^(−b) on the largest budgets, and what it can say about a crossing
-(DESIGN.md §2, "Closing and the crossing budget"; used by :func:`smallinit.crossing.analyse_crossover`).
+(DESIGN.md §2, "Closing and the crossing budget"; used by :func:`smallinit.analysis.crossing.analyse_crossover`).
 
 G(D) = L_baseline(D) − L_variant(D) is fitted to the seed-mean gap on the largest ≥ 4 budgets; the asymptote c gets an
 interval joining a per-seed bootstrap and the fit's own profile interval. D* = (a/c)^(1/b) is reported only when that
@@ -9,8 +9,9 @@ interval excludes 0 (c < 0: predicted never to cross); otherwise "these budgets 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -61,8 +62,9 @@ def _gap_lsq(D: np.ndarray, g: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, n
     return c, -slope * float(D[-1]) ** np.asarray(b, dtype=np.float64), (r * r).sum(axis=1)
 
 
-def _gap_profile(D: np.ndarray, g: np.ndarray, level: float = 0.95) -> tuple[tuple[float, float, float, float],
-                                                                              list[tuple[float, float, float]]]:
+def _gap_profile(
+    D: np.ndarray, g: np.ndarray, level: float = 0.95
+) -> tuple[tuple[float, float, float, float], list[tuple[float, float, float]]]:
     """The least-squares fit (c, a, b, SSE) over b ∈ :data:`B_RANGE` (a log grid, refined around its minimum), and
     every grid fit (c, a, b) whose SSE passes the profile F test SSE ≤ SSE_min·(1 + F_{level}(1, n − 3)/(n − 3)):
     the fits the data cannot tell from the best one (Bates & Watts' profile interval, with the noise estimated from
@@ -94,9 +96,17 @@ def _d_star(c: float, a: float, b: float) -> float:
     return float((a / c) ** (1.0 / b))
 
 
-def fit_gap_curve(D: Sequence[float], base: dict[int, list], var: dict[int, list], seeds: Sequence[int],
-                  upto: int | None = None, n_fit: int = GAP_FIT_BUDGETS, n_boot: int = 300, seed: int = 0,
-                  level: float = 0.95) -> GapFit:
+def fit_gap_curve(
+    D: Sequence[float],
+    base: dict[int, list],
+    var: dict[int, list],
+    seeds: Sequence[int],
+    upto: int | None = None,
+    n_fit: int = GAP_FIT_BUDGETS,
+    n_boot: int = 300,
+    seed: int = 0,
+    level: float = 0.95,
+) -> GapFit:
     """G(D) = c − a·D^(−b) on the largest ``n_fit`` budgets up to index ``upto`` (default: the last), fitted to the
     seed-mean gap. The interval of c joins (its hull) the per-seed bootstrap (k seeds drawn with replacement, paired
     across arms, refitted: the 2.5–97.5% percentiles) and the profile interval of the point fit (:func:`_gap_profile`):
@@ -130,11 +140,22 @@ def fit_gap_curve(D: Sequence[float], base: dict[int, list], var: dict[int, list
         q = lambda v, p: float(np.quantile(np.asarray(v), p, method="inverted_cdf"))  # noqa: E731
         c_lo, c_hi = min(c_lo, q(bc, 0.025)), max(c_hi, q(bc, 0.975))
         d_lo, d_hi = min(d_lo, q(bd, 0.025)), max(d_hi, q(bd, 0.975))
-    method = (f"G = c − a·D^(−b) on the largest {len(idx)} budgets; c's interval: per-seed bootstrap ({k} seeds) ∪ "
-              f"profile F-test over b" if k >= 2 else f"G = c − a·D^(−b) on {len(idx)} budgets; profile F-test only "
-              "(one seed)")
-    common = dict(budgets=[float(x) for x in Df], c=c, a=a, b=b, rms=math.sqrt(sse / len(idx)), c_lo=c_lo, c_hi=c_hi,
-                  method=method)
+    method = (
+        f"G = c − a·D^(−b) on the largest {len(idx)} budgets; c's interval: per-seed bootstrap ({k} seeds) ∪ "
+        f"profile F-test over b"
+        if k >= 2
+        else f"G = c − a·D^(−b) on {len(idx)} budgets; profile F-test only (one seed)"
+    )
+    common = dict(
+        budgets=[float(x) for x in Df],
+        c=c,
+        a=a,
+        b=b,
+        rms=math.sqrt(sse / len(idx)),
+        c_lo=c_lo,
+        c_hi=c_hi,
+        method=method,
+    )
     if k < GAP_FIT_SEEDS:
         common["method"] += f"; fewer than {GAP_FIT_SEEDS} seeds: no prediction either way"
         return GapFit("cannot tell", **common)
@@ -144,23 +165,23 @@ def fit_gap_curve(D: Sequence[float], base: dict[int, list], var: dict[int, list
         return GapFit("cannot tell", **common)
     if a <= 0:
         return GapFit("ahead throughout", **common)
-    return GapFit("crosses", **common, D_star=_d_star(c, a, b), D_lo=d_lo,
-                  D_hi=d_hi if math.isfinite(d_hi) else None)
+    return GapFit("crosses", **common, D_star=_d_star(c, a, b), D_lo=d_lo, D_hi=d_hi if math.isfinite(d_hi) else None)
 
 
 def describe_gap_fit(f: GapFit, n_params: float | None = None) -> str:
     """The gap fit in words: a predicted crossing with its interval, a predicted absence, or that it cannot tell."""
-    per = (lambda d: f" ({d / n_params:.3g} tokens/param)" if n_params else "")  # noqa: E731
-    civ = (f"asymptote c = {f.c:+.4f} [{f.c_lo:+.4f}, {f.c_hi:+.4f}]" if f.c is not None else "")
+    per = lambda d: f" ({d / n_params:.3g} tokens/param)" if n_params else ""  # noqa: E731
+    civ = f"asymptote c = {f.c:+.4f} [{f.c_lo:+.4f}, {f.c_hi:+.4f}]" if f.c is not None else ""
     if f.status == "no fit":
         return f"no gap fit ({f.method})"
     if f.status == "cannot tell":
-        why = ("fewer than 3 seeds" if "fewer than" in f.method else "which holds 0")
+        why = "fewer than 3 seeds" if "fewer than" in f.method else "which holds 0"
         return f"these budgets cannot tell whether the curves cross (gap fit: {civ}, {why})"
     if f.status == "never crosses":
         return f"the gap fit predicts the curves never cross ({civ} < 0)"
     if f.status == "ahead throughout":
         return f"the gap fit has the variant ahead throughout ({civ} > 0)"
     hi = f"{f.D_hi:.3g}{per(f.D_hi)}" if f.D_hi is not None else "∞"
-    return (f"the gap fit predicts a crossing at D* ≈ {f.D_star:.3g} tokens{per(f.D_star)} [{f.D_lo:.3g}, {hi}] "
-            f"({civ} > 0)")
+    return (
+        f"the gap fit predicts a crossing at D* ≈ {f.D_star:.3g} tokens{per(f.D_star)} [{f.D_lo:.3g}, {hi}] ({civ} > 0)"
+    )

@@ -2,7 +2,7 @@
 
 :func:`check_exportable` decides the export layout ("llama", or "remote": SmallinitForCausalLM with its code in the
 folder), :func:`hf_config_dict` writes config.json for a model, :func:`model_config_from_hf` reads one back, refusing
-any setting our model cannot compute exactly. The tensors and the folders are in :mod:`smallinit.hf`, which
+any setting our model cannot compute exactly. The tensors and the folders are in :mod:`smallinit.interop.hf`, which
 re-exports these names (layouts described in its module docstring).
 """
 
@@ -10,26 +10,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 from smallinit.model.config import ModelConfig
 
 LLAMA_ARCH = "LlamaForCausalLM"
 GATED_ARCH = "SmallinitForCausalLM"
 GATED_MODEL_TYPE = "smallinit"
 
-__all__ = ["GATED_ARCH", "GATED_MODEL_TYPE", "LLAMA_ARCH", "check_exportable", "hf_config_dict",
-           "model_config_from_hf"]
+__all__ = ["GATED_ARCH", "GATED_MODEL_TYPE", "LLAMA_ARCH", "check_exportable", "hf_config_dict", "model_config_from_hf"]
 
 
 def check_exportable(cfg: ModelConfig) -> str:
     """The export layout of ``cfg``: "llama" (dense, RMSNorm, no gate) or "remote" (gated or MoE: SmallinitForCausalLM
     with its code in the folder); ConfigError for the rest."""
     if cfg.norm != "rmsnorm":
-        raise ConfigError(f"cannot export a model with norm={cfg.norm!r} to Hugging Face: Llama (and every "
-                          "layout we export) uses RMSNorm; only norm=rmsnorm models are exportable")
+        raise ConfigError(
+            f"cannot export a model with norm={cfg.norm!r} to Hugging Face: Llama (and every "
+            "layout we export) uses RMSNorm; only norm=rmsnorm models are exportable"
+        )
     if cfg.moe.enabled and cfg.moe.router != "softmax":
-        raise ConfigError(f"cannot export an MoE model with moe.router={cfg.moe.router!r}: the exported code "
-                          "implements the softmax top-k router only")
+        raise ConfigError(
+            f"cannot export an MoE model with moe.router={cfg.moe.router!r}: the exported code "
+            "implements the softmax top-k router only"
+        )
     return "llama" if cfg.gate == "none" and not cfg.moe.enabled else "remote"
 
 
@@ -68,7 +71,7 @@ def hf_config_dict(cfg: ModelConfig, bos_id: int | None, eos_id: int | None, dty
         "torch_dtype": dtype,
     }
     if layout == "remote":
-        from smallinit.hf_remote import AUTO_MAP
+        from smallinit.interop.hf_remote import AUTO_MAP
 
         m = cfg.moe
         for key in ("rope_scaling", "rope_parameters", "pretraining_tp"):  # Llama-only (rope_theta is ours)
@@ -77,10 +80,15 @@ def hf_config_dict(cfg: ModelConfig, bos_id: int | None, eos_id: int | None, dty
         d["attn_output_gate"] = cfg.gate != "none"
         d["gate"] = cfg.gate
         d["gate_layout"] = "qwen3_next_interleaved"  # per head: [hd query rows ; g gate rows] in q_proj
-        d.update(num_experts=m.n_experts, num_experts_per_tok=m.top_k if m.enabled else 0,
-                 norm_topk_prob=m.top_k > 1, moe_intermediate_size=(m.d_expert or cfg.d_ff) if m.enabled else 0,
-                 n_shared_experts=m.n_shared_experts if m.enabled else 0, moe_every=m.every,
-                 router_expert_bias=m.enabled and m.bias_update_rate > 0)
+        d.update(
+            num_experts=m.n_experts,
+            num_experts_per_tok=m.top_k if m.enabled else 0,
+            norm_topk_prob=m.top_k > 1,
+            moe_intermediate_size=(m.d_expert or cfg.d_ff) if m.enabled else 0,
+            n_shared_experts=m.n_shared_experts if m.enabled else 0,
+            moe_every=m.every,
+            router_expert_bias=m.enabled and m.bias_update_rate > 0,
+        )
         d["smallinit"] = cfg.to_dict()
     return d
 
@@ -106,8 +114,10 @@ def model_config_from_hf(hf: dict[str, Any], max_seq_len: int | None = None) -> 
         except (ValueError, TypeError) as e:
             raise ConfigError(f"config.json: invalid 'smallinit' model config ({e})") from None
     if LLAMA_ARCH not in archs and model_type != "llama":
-        raise ConfigError(f"config.json: architecture {archs or model_type!r} is not supported; import-hf reads "
-                          f"Llama checkpoints (model_type 'llama', {LLAMA_ARCH}) and {GATED_ARCH} exports")
+        raise ConfigError(
+            f"config.json: architecture {archs or model_type!r} is not supported; import-hf reads "
+            f"Llama checkpoints (model_type 'llama', {LLAMA_ARCH}) and {GATED_ARCH} exports"
+        )
     act = _get(hf, "hidden_act", "silu")
     if act != "silu":
         raise ConfigError(f"config.json: hidden_act={act!r} is not supported (our MLP is SwiGLU with silu)")
@@ -129,12 +139,19 @@ def model_config_from_hf(hf: dict[str, Any], max_seq_len: int | None = None) -> 
     try:
         d_model, n_heads = _int(hf, "hidden_size"), _int(hf, "num_attention_heads")
         fields = dict(
-            vocab_size=_int(hf, "vocab_size"), d_model=d_model, n_layers=_int(hf, "num_hidden_layers"),
-            n_heads=n_heads, n_kv_heads=_int(hf, "num_key_value_heads", n_heads), d_ff=_int(hf, "intermediate_size"),
+            vocab_size=_int(hf, "vocab_size"),
+            d_model=d_model,
+            n_layers=_int(hf, "num_hidden_layers"),
+            n_heads=n_heads,
+            n_kv_heads=_int(hf, "num_key_value_heads", n_heads),
+            d_ff=_int(hf, "intermediate_size"),
             max_seq_len=int(max_seq_len or _int(hf, "max_position_embeddings", 2048)),
-            rope_theta=float(theta if theta is not None else 10000.0), norm="rmsnorm",
-            norm_eps=float(_get(hf, "rms_norm_eps", 1e-6)), gate="none",
-            tie_embeddings=bool(_get(hf, "tie_word_embeddings", False)))
+            rope_theta=float(theta if theta is not None else 10000.0),
+            norm="rmsnorm",
+            norm_eps=float(_get(hf, "rms_norm_eps", 1e-6)),
+            gate="none",
+            tie_embeddings=bool(_get(hf, "tie_word_embeddings", False)),
+        )
     except KeyError as e:
         raise ConfigError(f"config.json: missing field {e.args[0]!r}") from None
     except ConfigError:
@@ -147,8 +164,10 @@ def model_config_from_hf(hf: dict[str, Any], max_seq_len: int | None = None) -> 
         raise ConfigError(f"config.json maps to an invalid model: {e}") from None
     head_dim = _int(hf, "head_dim", cfg.d_model // cfg.n_heads)
     if head_dim * cfg.n_heads != cfg.d_model:
-        raise ConfigError(f"config.json: head_dim={head_dim} but hidden_size/num_attention_heads = "
-                          f"{cfg.d_model / cfg.n_heads:g}; our attention needs head_dim = hidden_size / num_heads")
+        raise ConfigError(
+            f"config.json: head_dim={head_dim} but hidden_size/num_attention_heads = "
+            f"{cfg.d_model / cfg.n_heads:g}; our attention needs head_dim = hidden_size / num_heads"
+        )
     return cfg
 
 

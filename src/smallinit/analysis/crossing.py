@@ -5,7 +5,7 @@ For a baseline arm and a variant arm, each trained with the same seeds (same see
 the annealed validation loss at budget D (tokens) of seed s. Then:
 
 - **gap**  G(D) = L_baseline(D) − L_variant(D)  (> 0: the variant is ahead), seed-paired: the k differences
-  d_s = L_baseline,s(D) − L_variant,s(D) give a t-interval (:func:`smallinit.stats.paired_t_interval`);
+  d_s = L_baseline,s(D) − L_variant,s(D) give a t-interval (:func:`smallinit.core.stats.paired_t_interval`);
 - **the verdict** (:func:`loss_claim_verdict`) at the budget declared before the runs, K tokens per non-embedding
   parameter: *supported* when the interval of G lies above 0, *not supported* below 0, *inconclusive* when it
   straddles 0 (with the seeds that would resolve it at the measured spread, :func:`seeds_to_resolve`);
@@ -15,7 +15,7 @@ the annealed validation loss at budget D (tokens) of seed s. Then:
 - **the gap fit** (:func:`fit_gap_curve`): G(D) = c − a·D^(−b) on the largest ≥ 4 budgets. The asymptote c has an
   interval that joins a per-seed bootstrap and the fit's own profile interval; D* = (a/c)^(1/b) is reported only
   when that interval excludes 0 (c < 0: predicted never to cross); otherwise "these budgets cannot tell";
-- secondary: **per-arm fits** L(D) = E + B·D^(−β) (:func:`smallinit.scaling.fit_scaling_law`) and where they meet
+- secondary: **per-arm fits** L(D) = E + B·D^(−β) (:func:`smallinit.analysis.scaling.fit_scaling_law`) and where they meet
   (:class:`Crossing`), with a bootstrap over seeds and budgets. They decide nothing: their crossing chases the data
   (a gap that tends to 0 from below and never crosses makes them predict D* ≈ 2× the largest budget every time).
 """
@@ -23,15 +23,19 @@ the annealed validation loss at budget D (tokens) of seed s. Then:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from smallinit.scaling import ScalingError, ScalingFit, fit_scaling_law, predict
-from smallinit.gap_fit import (B_RANGE, GAP_FIT_BUDGETS, GAP_FIT_SEEDS, GapFit, describe_gap_fit,  # noqa: F401
-                               fit_gap_curve)
-from smallinit.stats import Interval, paired_t_interval
+from smallinit.analysis.gap_fit import (
+    GapFit,
+    describe_gap_fit,  # noqa: F401
+    fit_gap_curve,
+)
+from smallinit.analysis.scaling import ScalingError, ScalingFit, fit_scaling_law, predict
+from smallinit.core.stats import Interval, paired_t_interval
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -130,7 +134,7 @@ def _fit(D: np.ndarray, L: np.ndarray) -> ScalingFit | None:
 def degenerate_fit(fits: dict[str, ScalingFit]) -> str | None:
     """The arms whose fit L = E + B·D^(−β) has a parameter at its bound (E = 0, β at its limits), in words; None
     when every fit is interior."""
-    from smallinit.scaling import ALPHA_MAX, ALPHA_MIN
+    from smallinit.analysis.scaling import ALPHA_MAX, ALPHA_MIN
 
     bad = []
     for arm, f in fits.items():
@@ -141,8 +145,9 @@ def degenerate_fit(fits: dict[str, ScalingFit]) -> str | None:
     return "; ".join(bad) or None
 
 
-def fitted_crossing(fit_baseline: ScalingFit, fit_variant: ScalingFit, d_min: float, d_max: float,
-                    horizon: float = HORIZON) -> tuple[str, float | None]:
+def fitted_crossing(
+    fit_baseline: ScalingFit, fit_variant: ScalingFit, d_min: float, d_max: float, horizon: float = HORIZON
+) -> tuple[str, float | None]:
     """(status, D*) for two fits: D* = smallest D ≥ d_min from which predict(baseline) − predict(variant) > 0 holds
     up to horizon · d_max (see :class:`Crossing` for the statuses)."""
     from scipy.optimize import brentq
@@ -160,8 +165,15 @@ def fitted_crossing(fit_baseline: ScalingFit, fit_variant: ScalingFit, d_min: fl
     return "crosses", float(math.exp(root))
 
 
-def bootstrap_crossing(D: np.ndarray, base: dict[int, list], var: dict[int, list], seeds: Sequence[int],
-                       n_boot: int = 300, seed: int = 0, horizon: float = HORIZON) -> tuple[np.ndarray, float]:
+def bootstrap_crossing(
+    D: np.ndarray,
+    base: dict[int, list],
+    var: dict[int, list],
+    seeds: Sequence[int],
+    n_boot: int = 300,
+    seed: int = 0,
+    horizon: float = HORIZON,
+) -> tuple[np.ndarray, float]:
     """D* over bootstrap draws (seeds paired, budgets with replacement, ≥ 3 distinct); +∞ = no crossing.
 
     Returns (sorted D* samples, share of draws that cross). Draws whose fits fail are skipped.
@@ -195,23 +207,27 @@ def four_fold_reference(D: Sequence[float], j: int, tol: float = FOUR_FOLD_TOLER
     return i if abs(D[i] / target - 1.0) <= tol else None
 
 
-def gap_change(D: Sequence[float], base: dict[int, list], var: dict[int, list], seeds: Sequence[int], j: int
-               ) -> tuple[Interval, int | None]:
+def gap_change(
+    D: Sequence[float], base: dict[int, list], var: dict[int, list], seeds: Sequence[int], j: int
+) -> tuple[Interval, int | None]:
     """(G(D_j) − G(D_ref) paired by seed, with its t-interval; ref) for the true-4× reference of
     :func:`four_fold_reference`; an empty interval when no budget lies at D_j / 4. > 0: the gap rose (closing when
     the variant was behind)."""
     i = four_fold_reference(D, j)
     if i is None:
         return Interval(None, None, None, "no budget at a true 4× below", 0), None
-    ch = [(base[s][j] - var[s][j]) - (base[s][i] - var[s][i]) for s in seeds
-          if None not in (base[s][j], var[s][j], base[s][i], var[s][i])]
+    ch = [
+        (base[s][j] - var[s][j]) - (base[s][i] - var[s][i])
+        for s in seeds
+        if None not in (base[s][j], var[s][j], base[s][i], var[s][i])
+    ]
     return paired_t_interval(ch), i
 
 
 def seeds_to_resolve(diffs: Sequence[float], level: float = 0.95, most: int = 1000) -> int | None:
     """The smallest number of seeds n whose t-interval would exclude 0 if the seed-paired differences kept their
     mean m and spread s: t_{n−1}·s/√n < |m|. None with < 2 differences, m = 0, or n > ``most``."""
-    from smallinit.stats import t_quantile
+    from smallinit.core.stats import t_quantile
 
     d = np.asarray([x for x in diffs if x is not None and math.isfinite(x)], dtype=np.float64)
     if d.size < 2 or d.mean() == 0:
@@ -237,10 +253,17 @@ def judged_budget(D: Sequence[float], declared_tokens: float | None) -> tuple[in
     return len(D) - 1, False
 
 
-def analyse_crossover(budgets: Sequence[float], losses: dict[str, dict[int, Sequence[float | None]]], baseline: str,
-                      variant: str, non_embedding_params: float | None = None, n_boot: int = 300,
-                      noise_floor: float | None = None, horizon: float = HORIZON,
-                      enough_tokens_per_param: float | None = None) -> CrossoverAnalysis:
+def analyse_crossover(
+    budgets: Sequence[float],
+    losses: dict[str, dict[int, Sequence[float | None]]],
+    baseline: str,
+    variant: str,
+    non_embedding_params: float | None = None,
+    n_boot: int = 300,
+    noise_floor: float | None = None,
+    horizon: float = HORIZON,
+    enough_tokens_per_param: float | None = None,
+) -> CrossoverAnalysis:
     """The gap, its verdict at the declared budget, closing, the gap fit and the per-arm fits for ``variant``
     against ``baseline`` (module docstring).
 
@@ -284,28 +307,68 @@ def analyse_crossover(budgets: Sequence[float], losses: dict[str, dict[int, Sequ
         if samples.size:
             lo, hi = (float(q) for q in np.quantile(samples, [0.025, 0.975], method="inverted_cdf"))
         extrap = d_star is not None and d_star > EXTRAPOLATION * float(D[-1])
-        crossing = Crossing(status, d_star, lo, None if hi is None or not math.isfinite(hi) else hi, extrap,
-                            horizon * float(D[-1]), share, degenerate_fit({baseline: fb, variant: fv}))
+        crossing = Crossing(
+            status,
+            d_star,
+            lo,
+            None if hi is None or not math.isfinite(hi) else hi,
+            extrap,
+            horizon * float(D[-1]),
+            share,
+            degenerate_fit({baseline: fb, variant: fv}),
+        )
         if fb.n_sizes == 3 or fv.n_sizes == 3:
             notes.append("3 budgets: each fit passes through its points (no check of the functional form)")
     fits = {baseline: fb.to_dict() if fb else None, variant: fv.to_dict() if fv else None}
     tpp = [float(d) / non_embedding_params for d in D] if non_embedding_params else None
-    where = (f"D = {D[j]:,.0f} tokens" + (f" ({tpp[j]:.3g} tokens/param)" if tpp else "")
-             + ("" if declared is None else f", declared {enough_tokens_per_param:g} tokens/param"))
-    verdict, reason = loss_claim_verdict(gap[j], len(seeds), noise_floor, reached=reached, where=where,
-                                         seeds_needed=seeds_to_resolve(diffs(j)), declared=declared is not None)
-    a = CrossoverAnalysis(baseline, variant, [float(d) for d in D], seeds, {baseline: base, variant: var}, gap,
-                          change, fits, crossing, verdict, reason, tpp, notes=notes, judged=j,
-                          declared_tokens_per_param=enough_tokens_per_param, declared_tokens=declared,
-                          reached=reached, gap_change_from=float(D[ref]) if ref is not None else None,
-                          gap_fit=gap_fit)
+    where = (
+        f"D = {D[j]:,.0f} tokens"
+        + (f" ({tpp[j]:.3g} tokens/param)" if tpp else "")
+        + ("" if declared is None else f", declared {enough_tokens_per_param:g} tokens/param")
+    )
+    verdict, reason = loss_claim_verdict(
+        gap[j],
+        len(seeds),
+        noise_floor,
+        reached=reached,
+        where=where,
+        seeds_needed=seeds_to_resolve(diffs(j)),
+        declared=declared is not None,
+    )
+    a = CrossoverAnalysis(
+        baseline,
+        variant,
+        [float(d) for d in D],
+        seeds,
+        {baseline: base, variant: var},
+        gap,
+        change,
+        fits,
+        crossing,
+        verdict,
+        reason,
+        tpp,
+        notes=notes,
+        judged=j,
+        declared_tokens_per_param=enough_tokens_per_param,
+        declared_tokens=declared,
+        reached=reached,
+        gap_change_from=float(D[ref]) if ref is not None else None,
+        gap_fit=gap_fit,
+    )
     a.answer = one_line_answer(a, non_embedding_params)
     return a
 
 
-def loss_claim_verdict(gap: Interval, n_seeds: int, noise_floor: float | None = None, reached: bool = True,
-                       where: str = "the judged budget", seeds_needed: int | None = None, declared: bool = True
-                       ) -> tuple[str, str]:
+def loss_claim_verdict(
+    gap: Interval,
+    n_seeds: int,
+    noise_floor: float | None = None,
+    reached: bool = True,
+    where: str = "the judged budget",
+    seeds_needed: int | None = None,
+    declared: bool = True,
+) -> tuple[str, str]:
     """The verdict of a loss claim ("the variant reaches lower loss") at the declared budget (DESIGN.md §2).
 
     With ≥ 2 seeds G has a seed-paired 95% t-interval: **supported** when it lies above 0, **not supported** when it
@@ -334,8 +397,13 @@ def loss_claim_verdict(gap: Interval, n_seeds: int, noise_floor: float | None = 
         return SUPPORTED, f"the variant is ahead: {text}"
     if below:
         return NOT_SUPPORTED, f"the variant is behind: {text}"
-    more = (f"; ≈ {seeds_needed} seeds would resolve it at the measured spread" if seeds_needed
-            else "; no number of seeds would resolve a zero mean gap" if n_seeds >= 2 else "")
+    more = (
+        f"; ≈ {seeds_needed} seeds would resolve it at the measured spread"
+        if seeds_needed
+        else "; no number of seeds would resolve a zero mean gap"
+        if n_seeds >= 2
+        else ""
+    )
     return INCONCLUSIVE, f"the interval holds 0: {text}{more}"
 
 
@@ -355,7 +423,7 @@ def describe_crossing(c: Crossing) -> str:
 
 
 def describe_change(a: CrossoverAnalysis) -> str:
-    """"the gap closed by … [lo, hi] from D/4 to D" / "not closing beyond noise" / why it is not measured."""
+    """ "the gap closed by … [lo, hi] from D/4 to D" / "not closing beyond noise" / why it is not measured."""
     ch = a.gap_change
     if ch.value is None or a.gap_change_from is None:
         return "no budget at a true 4× below the judged one: closing not measured"
@@ -369,7 +437,7 @@ def describe_change(a: CrossoverAnalysis) -> str:
 
 
 def one_line_answer(a: CrossoverAnalysis, n_params: float | None = None) -> str:
-    """"At the declared budget D = … the variant is ahead/behind by … [interval]; closing …; the gap fit …"."""
+    """ "At the declared budget D = … the variant is ahead/behind by … [interval]; closing …; the gap fit …"."""
     j = a.judged
     g = a.gap[j]
     if g.value is None:
@@ -377,7 +445,12 @@ def one_line_answer(a: CrossoverAnalysis, n_params: float | None = None) -> str:
     side = "ahead of" if g.value > 0 else "behind"
     iv = f" [{g.lo:+.4f}, {g.hi:+.4f}]" if g.lo is not None else " (one seed: no interval)"
     tpp = f" ({a.tokens_per_param[j]:.3g} tokens/param)" if a.tokens_per_param else ""
-    which = "the declared budget" if a.declared_tokens is not None and a.reached else (
-        "the largest budget (below the declared one)" if a.declared_tokens is not None else "the largest budget")
-    return (f"at {which} D = {a.budgets[j]:.3g} tokens{tpp} {a.variant} is {side} {a.baseline} by "
-            f"{abs(g.value):.4f} nats{iv}; {describe_change(a)}; {describe_gap_fit(a.gap_fit, n_params)}")
+    which = (
+        "the declared budget"
+        if a.declared_tokens is not None and a.reached
+        else ("the largest budget (below the declared one)" if a.declared_tokens is not None else "the largest budget")
+    )
+    return (
+        f"at {which} D = {a.budgets[j]:.3g} tokens{tpp} {a.variant} is {side} {a.baseline} by "
+        f"{abs(g.value):.4f} nats{iv}; {describe_change(a)}; {describe_gap_fit(a.gap_fit, n_params)}"
+    )

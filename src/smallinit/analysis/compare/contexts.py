@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from smallinit.compare.bins import delta_sym_from_logp
-from smallinit.compare.scoring import TokenScores
+from smallinit.analysis.compare.bins import delta_sym_from_logp
+from smallinit.analysis.compare.scoring import TokenScores
 
 
 def _decode(tokenizer: Any, ids: np.ndarray) -> str:
@@ -16,12 +16,7 @@ def _decode(tokenizer: Any, ids: np.ndarray) -> str:
 
 
 def top_contexts(
-    scores: TokenScores,
-    val_tokens: np.ndarray,
-    tokenizer: Any,
-    k: int = 10,
-    context: int = 24,
-    bos_text: str = "",
+    scores: TokenScores, val_tokens: np.ndarray, tokenizer: Any, k: int = 10, context: int = 24, bos_text: str = ""
 ) -> dict[str, list[dict]]:
     """The positions where A gains most over B and where it loses most, with decoded contexts.
 
@@ -91,9 +86,13 @@ def contexts_markdown(top: dict, setup: dict) -> str:
         "in its window (↵ = newline); the target token is in **bold**.",
     ]
     for side, title in (("gains", "A gains most"), ("losses", "A loses most")):
-        out += ["", f"## {title}", "",
-                "| # | context → **target** | p_A | p_B | ℓ_B − ℓ_A | Δ_sym | source | position |",
-                "|---:|---|---:|---:|---:|---:|---|---:|"]
+        out += [
+            "",
+            f"## {title}",
+            "",
+            "| # | context → **target** | p_A | p_B | ℓ_B − ℓ_A | Δ_sym | source | position |",
+            "|---:|---|---:|---:|---:|---:|---|---:|",
+        ]
         for i, e in enumerate(top[side], 1):
             tgt = _md_cell(e["target"], 40) or "∅"
             out.append(

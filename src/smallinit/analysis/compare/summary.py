@@ -7,12 +7,19 @@ from typing import Any
 
 import numpy as np
 
-from smallinit.compare.bins import _to_numpy, bin_names, delta_sym_from_logp, difficulty_bins, quantile_bins
-from smallinit.compare.bootstrap import CI_LEVEL, _bootstrap_mean_intervals
+from smallinit.analysis.compare.bins import _to_numpy, bin_names, delta_sym_from_logp, difficulty_bins, quantile_bins
+from smallinit.analysis.compare.bootstrap import CI_LEVEL, _bootstrap_mean_intervals
 
 
-def _summary(dsym: np.ndarray, gain: np.ndarray, la: np.ndarray, lb: np.ndarray, n_boot: int, seed: int,
-             clusters: np.ndarray | None = None) -> dict:
+def _summary(
+    dsym: np.ndarray,
+    gain: np.ndarray,
+    la: np.ndarray,
+    lb: np.ndarray,
+    n_boot: int,
+    seed: int,
+    clusters: np.ndarray | None = None,
+) -> dict:
     """count, means and paired-bootstrap intervals of Δ_sym and ℓ_B − ℓ_A for one group of tokens."""
     n = int(dsym.size)
     if n == 0:
@@ -23,8 +30,9 @@ def _summary(dsym: np.ndarray, gain: np.ndarray, la: np.ndarray, lb: np.ndarray,
             "loss_a": None,
             "loss_b": None,
         }
-    ci = _bootstrap_mean_intervals(np.stack([dsym, gain], axis=1), n_boot, np.random.default_rng(seed), CI_LEVEL,
-                                   clusters)
+    ci = _bootstrap_mean_intervals(
+        np.stack([dsym, gain], axis=1), n_boot, np.random.default_rng(seed), CI_LEVEL, clusters
+    )
     return {
         "count": n,
         "delta_sym": {"mean": float(dsym.mean()), "ci95": [float(ci[0, 0]), float(ci[0, 1])]},
@@ -35,22 +43,31 @@ def _summary(dsym: np.ndarray, gain: np.ndarray, la: np.ndarray, lb: np.ndarray,
 
 
 def _per_bin(
-    bins: np.ndarray, edges: np.ndarray, dsym: np.ndarray, gain: np.ndarray, la: np.ndarray, lb: np.ndarray,
-    n_boot: int, seed: int, clusters: np.ndarray | None = None,
+    bins: np.ndarray,
+    edges: np.ndarray,
+    dsym: np.ndarray,
+    gain: np.ndarray,
+    la: np.ndarray,
+    lb: np.ndarray,
+    n_boot: int,
+    seed: int,
+    clusters: np.ndarray | None = None,
 ) -> list[dict]:
     names = bin_names(len(edges) - 1)
     out = []
     for k, name in enumerate(names):
         m = bins == k
         row = {"bin": k, "name": name, "difficulty": [float(edges[k]), float(edges[k + 1])]}
-        row.update(_summary(dsym[m], gain[m], la[m], lb[m], n_boot, seed + 1 + k,
-                            None if clusters is None else clusters[m]))
+        row.update(
+            _summary(dsym[m], gain[m], la[m], lb[m], n_boot, seed + 1 + k, None if clusters is None else clusters[m])
+        )
         out.append(row)
     return out
 
 
-def _primary_bins(loss_a: np.ndarray, loss_b: np.ndarray, reference_logp: Any,
-                  n_bins: int) -> tuple[np.ndarray, np.ndarray, str]:
+def _primary_bins(
+    loss_a: np.ndarray, loss_b: np.ndarray, reference_logp: Any, n_bins: int
+) -> tuple[np.ndarray, np.ndarray, str]:
     """(bin_index, edges, how) of the primary difficulty bins: quantiles of the reference model's loss when
     ``reference_logp`` is given, else of (ℓ_A + ℓ_B)/2."""
     if reference_logp is not None:
@@ -66,8 +83,16 @@ def _primary_bins(loss_a: np.ndarray, loss_b: np.ndarray, reference_logp: Any,
 
 
 def _by_source(
-    sources: Any, bins: np.ndarray, edges: np.ndarray, dsym: np.ndarray, gain: np.ndarray, loss_a: np.ndarray,
-    loss_b: np.ndarray, n_boot: int, seed: int, win: np.ndarray | None,
+    sources: Any,
+    bins: np.ndarray,
+    edges: np.ndarray,
+    dsym: np.ndarray,
+    gain: np.ndarray,
+    loss_a: np.ndarray,
+    loss_b: np.ndarray,
+    n_boot: int,
+    seed: int,
+    win: np.ndarray | None,
 ) -> dict[str, Any]:
     """The ``by_source`` section: overall and per-bin statistics of each source, with the global bin edges (so a
     bin means the same difficulty range in every source) and a bootstrap stream of its own (seed + 1000 (j + 1))."""
@@ -80,10 +105,12 @@ def _by_source(
         m = src == name
         s_seed = seed + 1000 * (j + 1)
         by_source[name] = {
-            "overall": _summary(dsym[m], gain[m], loss_a[m], loss_b[m], n_boot, s_seed,
-                                None if win is None else win[m]),
-            "bins": _per_bin(bins[m], edges, dsym[m], gain[m], loss_a[m], loss_b[m], n_boot, s_seed,
-                             None if win is None else win[m]),
+            "overall": _summary(
+                dsym[m], gain[m], loss_a[m], loss_b[m], n_boot, s_seed, None if win is None else win[m]
+            ),
+            "bins": _per_bin(
+                bins[m], edges, dsym[m], gain[m], loss_a[m], loss_b[m], n_boot, s_seed, None if win is None else win[m]
+            ),
         }
     return by_source
 
@@ -161,7 +188,8 @@ def compare_token_scores(
         result["bins_mean_difficulty"] = _per_bin(b2, e2, dsym, gain, loss_a, loss_b, n_boot, seed, win)
         result["bins_mean_difficulty_caveat"] = (
             "binned by (ℓ_A + ℓ_B)/2: this correlates the bin with ℓ_B − ℓ_A whenever one model's per-token losses "
-            "are noisier, so a trend across these bins can appear between models of equal mean loss")
+            "are noisier, so a trend across these bins can appear between models of equal mean loss"
+        )
     if sources is not None:
         result["by_source"] = _by_source(sources, bins, edges, dsym, gain, loss_a, loss_b, n_boot, seed, win)
     return result

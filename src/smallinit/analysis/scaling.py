@@ -12,7 +12,7 @@ by bounded least squares. A variant of size N with loss L_v is then worth the ba
 defined only when L_v > E (the baseline law never reaches a loss at or below E).
 
 :func:`analyse` applies this to a family of runs (``smallinit scaling``); reading the run directories
-(:func:`runs_table`, :class:`RunPoint`, :func:`check_comparable`) is in :mod:`smallinit.scaling_runs`, re-exported here.
+(:func:`runs_table`, :class:`RunPoint`, :func:`check_comparable`) is in :mod:`smallinit.analysis.scaling_runs`, re-exported here.
 """
 
 from __future__ import annotations
@@ -23,9 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from smallinit.errors import SmallinitError
-from smallinit.scaling_runs import (RunPoint, _has_key, check_comparable, config_value,  # noqa: F401 (re-exported)
-                                    runs_table)
+from smallinit.analysis.scaling_runs import (
+    RunPoint,
+    _has_key,
+    check_comparable,
+    config_value,  # noqa: F401 (re-exported)
+    runs_table,
+)
+from smallinit.core.errors import SmallinitError
 
 __all__ = ["ScalingError", "ScalingFit", "EffectiveSize", "fit_scaling_law", "predict", "effective_size"]
 
@@ -174,8 +179,18 @@ def fit_scaling_law(N: Any, L: Any) -> ScalingFit:
     lb = np.array([0.0, 1e-12 * scale, ALPHA_MIN])
     ub = np.array([np.inf, np.inf, ALPHA_MAX])
     x0 = np.clip(np.array([E0, B0, a0]), lb, ub)
-    sol = least_squares(resid, x0, jac=jac, bounds=(lb, ub), method="trf", x_scale="jac",
-                        ftol=1e-14, xtol=1e-14, gtol=1e-14, max_nfev=10_000)
+    sol = least_squares(
+        resid,
+        x0,
+        jac=jac,
+        bounds=(lb, ub),
+        method="trf",
+        x_scale="jac",
+        ftol=1e-14,
+        xtol=1e-14,
+        gtol=1e-14,
+        max_nfev=10_000,
+    )
     p = sol.x if 0.5 * np.sum(resid(sol.x) ** 2) <= 0.5 * np.sum(resid(x0) ** 2) else x0
     E, B, alpha = (float(v) for v in p)
     A = float(B * np.exp(alpha * np.log(n).mean()))
@@ -238,7 +253,7 @@ def effective_size(fit: ScalingFit, N: float, L_variant: float) -> EffectiveSize
 
 
 # ----------------------------------------------------------------------------------------------
-# runs_table(run_dirs), RunPoint, check_comparable: in smallinit.scaling_runs (re-exported here).
+# runs_table(run_dirs), RunPoint, check_comparable: in smallinit.analysis.scaling_runs (re-exported here).
 # ----------------------------------------------------------------------------------------------
 
 __all__ += ["RunPoint", "runs_table", "config_value"]
@@ -246,10 +261,11 @@ __all__ += ["RunPoint", "runs_table", "config_value"]
 
 # ---- a family of runs (``smallinit scaling``) ---------------------------------------------------------
 
+
 def parse_baseline(text: str) -> tuple[str, Any]:
     """``model.gamma=0.5`` → ("model.gamma", 0.5); the value is parsed like a config override (YAML)."""
-    from smallinit.errors import ConfigError
-    from smallinit.train.config import parse_value
+    from smallinit.config import parse_value
+    from smallinit.core.errors import ConfigError
 
     key, sep, raw = text.partition("=")
     key = key.strip()
@@ -283,8 +299,8 @@ def analyse(points: list, key: str, value: Any, label_keys: list[str] | None = N
     Raises ConfigError when a run lacks ``key``; ScalingError when no run is a baseline or the baseline
     family has fewer than 3 distinct sizes with a finite loss.
     """
-    from smallinit.errors import ConfigError
-    from smallinit.rundir import compared_diff
+    from smallinit.core.errors import ConfigError
+    from smallinit.runs.rundir import compared_diff
 
     label_keys = label_keys or [key]
     notes: list[str] = check_comparable(points)
@@ -314,8 +330,10 @@ def analyse(points: list, key: str, value: Any, label_keys: list[str] | None = N
     except ScalingError as e:
         raise ScalingError(f"baseline {key}={value!r}: {e}") from None
     if fit.n_sizes == 3:
-        notes.append("the baseline has exactly 3 sizes: the 3-parameter law passes through them, so the residuals "
-                     "cannot test its form")
+        notes.append(
+            "the baseline has exactly 3 sizes: the 3-parameter law passes through them, so the residuals "
+            "cannot test its form"
+        )
 
     def label(p) -> str:
         parts = []
@@ -335,9 +353,20 @@ def analyse(points: list, key: str, value: Any, label_keys: list[str] | None = N
     variants = []
     for p in var:
         es = effective_size(fit, p.N, p.loss)
-        row = {"run": p.run, "label": label(p), "N": p.N, "loss": p.loss, "baseline_loss_at_N": predict(fit, p.N),
-               "N_eff": es.N_eff, "gain": es.gain, "extrapolated": es.extrapolated, "note": es.note,
-               "step": p.step, "completed": p.completed, "differs_from_baseline": differs(p)}
+        row = {
+            "run": p.run,
+            "label": label(p),
+            "N": p.N,
+            "loss": p.loss,
+            "baseline_loss_at_N": predict(fit, p.N),
+            "N_eff": es.N_eff,
+            "gain": es.gain,
+            "extrapolated": es.extrapolated,
+            "note": es.note,
+            "step": p.step,
+            "completed": p.completed,
+            "differs_from_baseline": differs(p),
+        }
         variants.append(row)
         if es.gain is None:
             notes.append(f"{p.run}: {es.note}")
@@ -359,8 +388,18 @@ def analyse(points: list, key: str, value: Any, label_keys: list[str] | None = N
         "baseline": {
             "key": key,
             "value": value,
-            "runs": [{"run": p.run, "N": p.N, "loss": p.loss, "fit_loss": predict(fit, p.N), "residual": residuals[p.run],
-                      "step": p.step, "completed": p.completed} for p in base],
+            "runs": [
+                {
+                    "run": p.run,
+                    "N": p.N,
+                    "loss": p.loss,
+                    "fit_loss": predict(fit, p.N),
+                    "residual": residuals[p.run],
+                    "step": p.step,
+                    "completed": p.completed,
+                }
+                for p in base
+            ],
         },
         "fit": fit.to_dict(),
         "variants": variants,
@@ -386,8 +425,10 @@ def report_text(res: dict) -> str:
     ]
     for v in res["variants"]:
         gain = "–" if v["gain"] is None else f"{v['gain']:+.1%}" + (" (extrapolated)" if v["extrapolated"] else "")
-        lines.append(f"| {v['run']} | {v['label']} | {_fmt_n(v['N'])} | {v['loss']:.4f} | "
-                     f"{v['baseline_loss_at_N']:.4f} | {_fmt_n(v['N_eff'])} | {gain} |")
+        lines.append(
+            f"| {v['run']} | {v['label']} | {_fmt_n(v['N'])} | {v['loss']:.4f} | "
+            f"{v['baseline_loss_at_N']:.4f} | {_fmt_n(v['N_eff'])} | {gain} |"
+        )
     if not res["variants"]:
         lines.append("| (no variant runs) | | | | | | |")
     for name, g in res["groups"].items():

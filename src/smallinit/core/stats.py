@@ -10,8 +10,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -73,16 +74,23 @@ def welch_t_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95
     va, vb = float(x.var(ddof=1)) / x.size, float(y.var(ddof=1)) / y.size
     se = math.sqrt(va + vb)
     if se == 0.0:
-        return Interval(diff, diff, diff, f"Welch t-interval over {x.size} + {y.size} values (no spread)",
-                        int(x.size + y.size))
-    nu = (va + vb) ** 2 / (va ** 2 / (x.size - 1) + vb ** 2 / (y.size - 1))
+        return Interval(
+            diff, diff, diff, f"Welch t-interval over {x.size} + {y.size} values (no spread)", int(x.size + y.size)
+        )
+    nu = (va + vb) ** 2 / (va**2 / (x.size - 1) + vb**2 / (y.size - 1))
     half = float(t.ppf(0.5 + level / 2.0, nu)) * se
-    return Interval(diff, diff - half, diff + half, f"Welch t-interval over {x.size} + {y.size} values (ν = {nu:.1f})",
-                    int(x.size + y.size))
+    return Interval(
+        diff,
+        diff - half,
+        diff + half,
+        f"Welch t-interval over {x.size} + {y.size} values (ν = {nu:.1f})",
+        int(x.size + y.size),
+    )
 
 
-def cluster_bootstrap_ci(values: Any, clusters: Any, n_boot: int = 2000, level: float = 0.95,
-                         seed: int = 0) -> Interval:
+def cluster_bootstrap_ci(
+    values: Any, clusters: Any, n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> Interval:
     """Percentile bootstrap of the mean of ``values``, resampling whole clusters (e.g. windows) with replacement.
 
     Each draw picks C clusters out of the C present, with replacement, and takes the mean over every value of the

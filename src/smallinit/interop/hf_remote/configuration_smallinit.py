@@ -25,12 +25,35 @@ class SmallinitConfig(PretrainedConfig):
     model_type = "smallinit"
     keys_to_ignore_at_inference = ["cache", "past_key_values"]
 
-    def __init__(self, vocab_size=8192, hidden_size=384, intermediate_size=1024, num_hidden_layers=6,
-                 num_attention_heads=6, num_key_value_heads=None, head_dim=None, max_position_embeddings=256,
-                 rms_norm_eps=1e-12, rope_theta=10000.0, gate="elementwise", num_experts=0, num_experts_per_tok=2,
-                 norm_topk_prob=True, moe_intermediate_size=None, n_shared_experts=0, moe_every=1,
-                 router_expert_bias=False, hidden_act="silu", initializer_range=0.02, use_cache=True,
-                 tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None, **kwargs):
+    def __init__(
+        self,
+        vocab_size=8192,
+        hidden_size=384,
+        intermediate_size=1024,
+        num_hidden_layers=6,
+        num_attention_heads=6,
+        num_key_value_heads=None,
+        head_dim=None,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-12,
+        rope_theta=10000.0,
+        gate="elementwise",
+        num_experts=0,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        moe_intermediate_size=None,
+        n_shared_experts=0,
+        moe_every=1,
+        router_expert_bias=False,
+        hidden_act="silu",
+        initializer_range=0.02,
+        use_cache=True,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        **kwargs,
+    ):
         if gate not in GATES:
             raise ValueError(f"SmallinitConfig: gate must be one of {', '.join(GATES)}, got {gate!r}")
         if hidden_act != "silu":
@@ -61,8 +84,13 @@ class SmallinitConfig(PretrainedConfig):
         self.hidden_act = hidden_act
         self.initializer_range = initializer_range
         self.use_cache = use_cache
-        super().__init__(tie_word_embeddings=tie_word_embeddings, bos_token_id=bos_token_id,
-                         eos_token_id=eos_token_id, pad_token_id=pad_token_id, **kwargs)
+        super().__init__(
+            tie_word_embeddings=tie_word_embeddings,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            **kwargs,
+        )
 
     @property
     def gate_rows(self) -> int:

@@ -3,7 +3,7 @@
     cfg = load_config("small", ["model.gamma=0.5", "optim.lr=3e-3"])   # preset name or YAML path
     save_config(cfg, run_dir / "config.yaml")
 
-Unknown keys and wrongly typed values raise :class:`~smallinit.errors.ConfigError` naming the key.
+Unknown keys and wrongly typed values raise :class:`~smallinit.core.errors.ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 from smallinit.model.config import ModelConfig, MoEConfig
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
 @dataclass
@@ -150,17 +150,32 @@ class RunConfig:
 
     def validate(self) -> None:
         t, o, d = self.train, self.optim, self.data
-        positive = {"train.max_steps": t.max_steps, "train.batch_size": t.batch_size, "train.log_every": t.log_every,
-                    "train.eval_every": t.eval_every, "train.ckpt_every": t.ckpt_every, "train.keep_ckpts": t.keep_ckpts,
-                    "data.seq_len": d.seq_len, "data.val_batches": d.val_batches, "probe.batch_size": self.probe.batch_size}
+        positive = {
+            "train.max_steps": t.max_steps,
+            "train.batch_size": t.batch_size,
+            "train.log_every": t.log_every,
+            "train.eval_every": t.eval_every,
+            "train.ckpt_every": t.ckpt_every,
+            "train.keep_ckpts": t.keep_ckpts,
+            "data.seq_len": d.seq_len,
+            "data.val_batches": d.val_batches,
+            "probe.batch_size": self.probe.batch_size,
+        }
         for k, v in positive.items():
             if v <= 0:
                 raise ConfigError(f"{k} must be > 0, got {v}")
-        for k, v in {"train.micro_batch_size": t.micro_batch_size, "data.tune_batches": d.tune_batches,
-                     "optim.warmup_steps": o.warmup_steps, "probe.every": self.probe.every, "train.threads": t.threads,
-                     "optim.weight_decay": o.weight_decay, "optim.grad_clip": o.grad_clip,
-                     "train.diverge_steps": t.diverge_steps, "train.diverge_margin": t.diverge_margin,
-                     "train.progress_seconds": t.progress_seconds}.items():
+        for k, v in {
+            "train.micro_batch_size": t.micro_batch_size,
+            "data.tune_batches": d.tune_batches,
+            "optim.warmup_steps": o.warmup_steps,
+            "probe.every": self.probe.every,
+            "train.threads": t.threads,
+            "optim.weight_decay": o.weight_decay,
+            "optim.grad_clip": o.grad_clip,
+            "train.diverge_steps": t.diverge_steps,
+            "train.diverge_margin": t.diverge_margin,
+            "train.progress_seconds": t.progress_seconds,
+        }.items():
             if v < 0:
                 raise ConfigError(f"{k} must be >= 0, got {v}")
         if not 0 <= t.seed < 2**63:  # numpy's default_rng([seed, step]) takes non-negative 64-bit words
@@ -173,23 +188,28 @@ class RunConfig:
             raise ConfigError(f"optim.decay_fraction must be in (0, 1], got {o.decay_fraction}")
         if not all(0 <= b < 1 for b in o.betas) or len(o.betas) != 2:
             raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {list(o.betas)}")
-        choices = {"optim.schedule": (o.schedule, ("cosine", "wsd", "constant")),
-                   "train.dtype": (t.dtype, ("auto", "fp32", "bf16")), "train.device": (t.device, ("auto", "cpu", "cuda")),
-                   "train.parallel": (t.parallel, ("none", "ddp", "fsdp")),
-                   "train.logger": (t.logger, ("none", "tensorboard", "wandb"))}
+        choices = {
+            "optim.schedule": (o.schedule, ("cosine", "wsd", "constant")),
+            "train.dtype": (t.dtype, ("auto", "fp32", "bf16")),
+            "train.device": (t.device, ("auto", "cpu", "cuda")),
+            "train.parallel": (t.parallel, ("none", "ddp", "fsdp")),
+            "train.logger": (t.logger, ("none", "tensorboard", "wandb")),
+        }
         for k, (v, allowed) in choices.items():
             if v not in allowed:
                 raise ConfigError(f"{k}: unknown value {v!r}; choose one of {', '.join(allowed)}")
         if not isinstance(t.compile, bool) and t.compile != "auto":
             raise ConfigError(f"train.compile: unknown value {t.compile!r}; choose one of true, false, auto")
         if not t.wandb_project or any(ch in t.wandb_project for ch in "/\\#?%:"):
-            raise ConfigError(f"train.wandb_project must be a non-empty name without / \\ # ? % :, "
-                              f"got {t.wandb_project!r}")
+            raise ConfigError(
+                f"train.wandb_project must be a non-empty name without / \\ # ? % :, got {t.wandb_project!r}"
+            )
         if any(s <= 0 for s in t.ckpt_steps):
             raise ConfigError(f"train.ckpt_steps must be steps > 0, got {list(t.ckpt_steps)}")
         if t.micro_batch_size and t.batch_size % t.micro_batch_size:
-            raise ConfigError(f"train.micro_batch_size={t.micro_batch_size} does not divide "
-                              f"train.batch_size={t.batch_size}")
+            raise ConfigError(
+                f"train.micro_batch_size={t.micro_batch_size} does not divide train.batch_size={t.batch_size}"
+            )
         try:
             self.model.validate()
         except ValueError as e:
@@ -205,6 +225,7 @@ def _to_plain(x: Any) -> Any:
 
 
 # ---- typed construction ------------------------------------------------------------------------
+
 
 def _hint_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp).replace("typing.", ""))
@@ -352,7 +373,7 @@ def read_config_file(name_or_path: str | os.PathLike, _chain: tuple[str, ...] = 
     if base:
         key = str(p.resolve())
         if key in _chain:
-            names = " -> ".join(Path(c).name for c in (*_chain[_chain.index(key):], key))
+            names = " -> ".join(Path(c).name for c in (*_chain[_chain.index(key) :], key))
             raise ConfigError(f"{p}: base: chain loops back on itself ({names})")
         if not isinstance(base, (str, os.PathLike)):
             raise ConfigError(f"{p}: base: must be a preset name or a YAML path, got {base!r}")
@@ -371,8 +392,10 @@ def _base_path(p: Path, base: str | os.PathLike) -> Path:
     beside = p.parent / b
     if b.suffix in (".yaml", ".yml") or os.sep in str(base) or "/" in str(base):
         if not beside.is_file():
-            raise ConfigError(f"{p}: base: {str(base)!r} not found as {beside} (a relative base: is read from the "
-                              f"folder of the YAML that names it)")
+            raise ConfigError(
+                f"{p}: base: {str(base)!r} not found as {beside} (a relative base: is read from the "
+                f"folder of the YAML that names it)"
+            )
         return beside
     # a bare name (presets include dotted ones such as 0.1b)
     preset = CONFIG_DIR / f"{base}.yaml"
@@ -380,8 +403,9 @@ def _base_path(p: Path, base: str | os.PathLike) -> Path:
         return preset
     if beside.is_file():
         return beside
-    raise ConfigError(f"{p}: base: {str(base)!r} is neither a preset ({', '.join(preset_names())}) nor a file "
-                      f"beside it")
+    raise ConfigError(
+        f"{p}: base: {str(base)!r} is neither a preset ({', '.join(preset_names())}) nor a file beside it"
+    )
 
 
 def _merge(a: dict, b: dict) -> dict:
@@ -391,8 +415,11 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
-def load_config(name_or_path: str | os.PathLike | None = None, overrides: list[str] | None = None,
-                base: dict[str, Any] | None = None) -> RunConfig:
+def load_config(
+    name_or_path: str | os.PathLike | None = None,
+    overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
+) -> RunConfig:
     """Preset/YAML (or a dict) plus dotted overrides → validated RunConfig."""
     d = dict(base or {})
     if name_or_path is not None:
@@ -411,7 +438,7 @@ def load_config(name_or_path: str | os.PathLike | None = None, overrides: list[s
 
 def save_config(cfg: RunConfig, path: str | os.PathLike) -> None:
     """Write the resolved config as YAML, atomically."""
-    from smallinit.io import atomic_write_text
+    from smallinit.core.io import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
@@ -429,6 +456,20 @@ def config_diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> dict[
     return out
 
 
-__all__ = ["CONFIG_DIR", "DataConfig", "MoEConfig", "OptimConfig", "ProbeConfig", "RunConfig", "TrainConfig",
-           "apply_overrides", "config_diff", "config_from_dict", "load_config", "parse_value", "preset_names",
-           "read_config_file", "save_config"]
+__all__ = [
+    "CONFIG_DIR",
+    "DataConfig",
+    "MoEConfig",
+    "OptimConfig",
+    "ProbeConfig",
+    "RunConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "config_diff",
+    "config_from_dict",
+    "load_config",
+    "parse_value",
+    "preset_names",
+    "read_config_file",
+    "save_config",
+]

@@ -3,7 +3,7 @@
 :func:`runs_table` turns each run directory into a :class:`RunPoint`: non-embedding parameters N, the final
 validation loss, the resolved config, and what decides whether two runs' losses are comparable (tokenizer, data,
 token budget); :func:`check_comparable` refuses a family that mixes tokenizers or data. The fit and the analysis
-over these points are in :mod:`smallinit.scaling`, which re-exports these names.
+over these points are in :mod:`smallinit.analysis.scaling`, which re-exports these names.
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def runs_table(run_dirs: list[Any]) -> list[RunPoint]:
     """
     from pathlib import Path
 
-    from smallinit.errors import RunDirError
-    from smallinit.rundir import last_val_loss, read_config, read_json
+    from smallinit.core.errors import RunDirError
+    from smallinit.runs.rundir import last_val_loss, read_config, read_json
 
     out = []
     for rd in run_dirs:
@@ -89,14 +89,14 @@ def runs_table(run_dirs: list[Any]) -> list[RunPoint]:
         if loss is None:
             loss, step = last_val_loss(rd)
             completed = False
-            note = ("no summary.json (run incomplete?): " if not summary else "summary.json has no final_val_loss: ") + (
-                f"using the last val_loss in metrics.jsonl (step {step})" if loss is not None else "no val_loss found"
-            )
+            note = (
+                "no summary.json (run incomplete?): " if not summary else "summary.json has no final_val_loss: "
+            ) + (f"using the last val_loss in metrics.jsonl (step {step})" if loss is not None else "no val_loss found")
         N = summary.get("non_embedding_params")
         if N is None:
             model_cfg = config.get("model")
             try:
-                from smallinit.checkpoint import latest_good_checkpoint, read_checkpoint
+                from smallinit.runs.checkpoint import latest_good_checkpoint, read_checkpoint
 
                 ckpt = latest_good_checkpoint(rd)
                 if ckpt is not None:
@@ -108,15 +108,25 @@ def runs_table(run_dirs: list[Any]) -> list[RunPoint]:
             loss = None if loss is None else float(loss)
         except (TypeError, ValueError):
             raise RunDirError(f"{rd / 'summary.json'}: final_val_loss {loss!r} is not a number") from None
-        out.append(RunPoint(run=str(rd), N=int(N), loss=loss,
-                            step=None if step is None else int(step), completed=completed, config=config, note=note,
-                            tokenizer=_tokenizer_of(rd), data=_data_identity(config),
-                            tokens=_tokens_of(summary, config, step)))
+        out.append(
+            RunPoint(
+                run=str(rd),
+                N=int(N),
+                loss=loss,
+                step=None if step is None else int(step),
+                completed=completed,
+                config=config,
+                note=note,
+                tokenizer=_tokenizer_of(rd),
+                data=_data_identity(config),
+                tokens=_tokens_of(summary, config, step),
+            )
+        )
     return out
 
 
 def _tokenizer_of(rd) -> str | None:
-    from smallinit.compare import _canonical_tokenizer
+    from smallinit.analysis.compare import _canonical_tokenizer
 
     p = rd / "tokenizer.json"
     return _canonical_tokenizer(p) if p.is_file() else None
@@ -133,8 +143,16 @@ def _data_identity(config: dict[str, Any]) -> tuple[str, str] | None:
         return None
     try:
         m = json.loads((Path(path) / "meta.json").read_text())
-        key = json.dumps([m.get("tokens"), m.get("vocab_size"), m.get("seed"), m.get("val_fraction"),
-                          [s.get("name") for s in m.get("sources", [])]], sort_keys=True)
+        key = json.dumps(
+            [
+                m.get("tokens"),
+                m.get("vocab_size"),
+                m.get("seed"),
+                m.get("val_fraction"),
+                [s.get("name") for s in m.get("sources", [])],
+            ],
+            sort_keys=True,
+        )
     except (OSError, ValueError, AttributeError, TypeError):
         key = str(Path(path).resolve())
     return key, str(path)
@@ -152,7 +170,7 @@ def _tokens_of(summary: dict[str, Any], config: dict[str, Any], step: int | None
 def check_comparable(points: list) -> list[str]:
     """DataError when the runs used different tokenizers or different data (their losses are then in different
     units, as ``compare`` refuses); returns notes flagging different token budgets."""
-    from smallinit.errors import DataError
+    from smallinit.core.errors import DataError
 
     toks: dict[str, list[str]] = {}
     for p in points:
@@ -160,17 +178,23 @@ def check_comparable(points: list) -> list[str]:
             toks.setdefault(p.tokenizer, []).append(p.run)
     if len(toks) > 1:
         groups = "; ".join(f"{', '.join(runs[:3])}{' ...' if len(runs) > 3 else ''}" for runs in toks.values())
-        raise DataError(f"the runs use {len(toks)} different tokenizers ({groups}): their losses are in different "
-                        "units and no scaling fit across them means anything; fit each tokenizer's runs separately")
+        raise DataError(
+            f"the runs use {len(toks)} different tokenizers ({groups}): their losses are in different "
+            "units and no scaling fit across them means anything; fit each tokenizer's runs separately"
+        )
     data: dict[str, str] = {}
     for p in points:
         if getattr(p, "data", None) is not None:
             data.setdefault(p.data[0], p.data[1])
     if len(data) > 1:
-        raise DataError(f"the runs trained and validated on different data ({', '.join(sorted(data.values()))}): "
-                        "their losses are not comparable; fit each data set's runs separately")
+        raise DataError(
+            f"the runs trained and validated on different data ({', '.join(sorted(data.values()))}): "
+            "their losses are not comparable; fit each data set's runs separately"
+        )
     budgets = sorted({p.tokens for p in points if getattr(p, "tokens", None)})
     if len(budgets) > 1:
-        return [f"the runs trained on different token budgets ({budgets[0]:,} … {budgets[-1]:,} tokens): a gain "
-                "then mixes model size with training length"]
+        return [
+            f"the runs trained on different token budgets ({budgets[0]:,} … {budgets[-1]:,} tokens): a gain "
+            "then mixes model size with training length"
+        ]
     return []

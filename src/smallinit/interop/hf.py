@@ -30,7 +30,7 @@ Q and K need no permutation: our RoPE already pairs channel j with j + hd/2 (HF'
 
 Gated and MoE models (``gate`` = headwise / elementwise, or ``moe.n_experts`` > 0) are exported as
 ``SmallinitForCausalLM`` **with their code in the folder**: ``configuration_smallinit.py`` and
-``modeling_smallinit.py`` (copied from :mod:`smallinit.hf_remote`; they import only torch and transformers) and
+``modeling_smallinit.py`` (copied from :mod:`smallinit.interop.hf_remote`; they import only torch and transformers) and
 ``"auto_map"`` in config.json, so ``AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)``,
 ``generate``, pipelines and lm-eval's ``hf`` model (``trust_remote_code=True``) load them. Tensor names are Llama's,
 except that ``q_proj`` carries the gate the Qwen3-Next way, interleaved per head::
@@ -73,10 +73,15 @@ from typing import Any
 
 import torch
 
-from smallinit.errors import CheckpointError, ConfigError
-from smallinit.hf_config import (GATED_ARCH, GATED_MODEL_TYPE, LLAMA_ARCH,  # noqa: F401 (re-exported)
-                                 check_exportable, hf_config_dict, model_config_from_hf)
-from smallinit.io import umask
+from smallinit.core.errors import CheckpointError, ConfigError
+from smallinit.core.io import umask
+from smallinit.interop.hf_config import (
+    GATED_ARCH,
+    LLAMA_ARCH,  # noqa: F401 (re-exported)
+    check_exportable,
+    hf_config_dict,
+    model_config_from_hf,
+)
 from smallinit.model.config import ModelConfig
 from smallinit.model.hf_names import gate_rows, inverse_table, name_table, parts, transposed
 
@@ -86,7 +91,7 @@ SAFE_WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
 
 
-# config.json <-> ModelConfig (check_exportable, hf_config_dict, model_config_from_hf): smallinit.hf_config
+# config.json <-> ModelConfig (check_exportable, hf_config_dict, model_config_from_hf): smallinit.interop.hf_config
 
 
 # ----------------------------------------------------------------------------- tensor mapping
@@ -185,8 +190,10 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[st
     pieces: dict[str, dict[int, torch.Tensor]] = {}
     for t, (ours, j) in inverse_table(cfg).items():
         pieces.setdefault(ours, {})[j] = hf[t]
-    out = {ours: _from_hf_rows(ours, torch.cat([p[j] for j in sorted(p)], dim=0) if len(p) > 1 else p[0], cfg)
-           for ours, p in pieces.items()}
+    out = {
+        ours: _from_hf_rows(ours, torch.cat([p[j] for j in sorted(p)], dim=0) if len(p) > 1 else p[0], cfg)
+        for ours, p in pieces.items()
+    }
     return {k: v.contiguous() for k, v in out.items()}
 
 
@@ -214,21 +221,32 @@ def _special_ids(tokenizer: Any, run_dir: Path | None) -> tuple[int | None, int 
 
 def _readme(cfg: ModelConfig, layout: str, source: str, step: int, dtype: str) -> str:
     m = cfg.moe
-    moe = (f" MoE: {m.n_experts} experts of width {m.d_expert or cfg.d_ff}, top-{m.top_k}, "
-           f"{m.n_shared_experts} shared, every {m.every} block(s)." if m.enabled else "")
+    moe = (
+        f" MoE: {m.n_experts} experts of width {m.d_expert or cfg.d_ff}, top-{m.top_k}, "
+        f"{m.n_shared_experts} shared, every {m.every} block(s)."
+        if m.enabled
+        else ""
+    )
     lines = [
-        f"# smallinit export ({GATED_ARCH if layout == 'remote' else LLAMA_ARCH})", "",
+        f"# smallinit export ({GATED_ARCH if layout == 'remote' else LLAMA_ARCH})",
+        "",
         f"Exported by `smallinit export` from `{source}` (step {step}), weights in {dtype}.",
         f"Model: d_model={cfg.d_model}, n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, n_kv_heads={cfg.n_kv_heads}, "
         f"d_ff={cfg.d_ff}, vocab={cfg.vocab_size}, tied={cfg.tie_embeddings}, RMSNorm eps={cfg.norm_eps!r}, "
-        f"rope_theta={cfg.rope_theta!r}, init gamma={cfg.gamma!r}, gate={cfg.gate}.{moe}", "",
+        f"rope_theta={cfg.rope_theta!r}, init gamma={cfg.gamma!r}, gate={cfg.gate}.{moe}",
+        "",
     ]
-    tok_note = ("The tokenizer does not add a BOS token; prepend `<|endoftext|>` yourself if the run trained with "
-                "`data.bos=true`.")
+    tok_note = (
+        "The tokenizer does not add a BOS token; prepend `<|endoftext|>` yourself if the run trained with "
+        "`data.bos=true`."
+    )
     if layout == "llama":
-        lines += ["A standard `LlamaForCausalLM` folder: load it with",
-                  "`transformers.AutoModelForCausalLM.from_pretrained(path)` and "
-                  "`AutoTokenizer.from_pretrained(path)`.", tok_note, ""]
+        lines += [
+            "A standard `LlamaForCausalLM` folder: load it with",
+            "`transformers.AutoModelForCausalLM.from_pretrained(path)` and `AutoTokenizer.from_pretrained(path)`.",
+            tok_note,
+            "",
+        ]
         return "\n".join(lines)
     g = {"elementwise": "head_dim", "headwise": "1", "none": "0"}[cfg.gate]
     lines += [
@@ -238,7 +256,9 @@ def _readme(cfg: ModelConfig, layout: str, source: str, step: int, dtype: str) -
         "`configuration_smallinit.py`; they import only torch and transformers): no `transformers` class computes "
         "this model exactly — the classes with a query-dependent attention output gate (Qwen3-Next and its kin) "
         "also normalize q and k per head (`q_norm`, `k_norm`), which this model does not do and no weights can undo. "
-        "`smallinit import-hf` reads the folder back.", tok_note, "",
+        "`smallinit import-hf` reads the folder back.",
+        tok_note,
+        "",
         "Layout: every tensor is named and computed as in Llama (`model.embed_tokens`, `model.layers.i."
         "input_layernorm`, `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.{gate,up,down}_proj`, "
         "`model.norm`, `lm_head` unless tied), except:",
@@ -257,22 +277,30 @@ def _readme(cfg: ModelConfig, layout: str, source: str, step: int, dtype: str) -
             "p + `mlp.expert_bias` when `router_expert_bias`); weights p / Σ_top-k p (`norm_topk_prob`, k ≥ 2) or p "
             "(k = 1); y = Σ w_e · down_e(silu(gate_e(x)) * up_e(x)) + shared_expert(x), with "
             "`mlp.experts.gate_up_proj[e]` = [gate rows ; up rows] (2·d_e, hidden) and `mlp.experts.down_proj[e]` "
-            "(hidden, d_e); `mlp.shared_expert.{gate,up,down}_proj` is one SwiGLU of width n_shared·d_e."]
-    lines += ["",
-              "`config.json` carries `auto_map`, `gate`, `attn_output_gate`, `gate_layout: qwen3_next_interleaved`, "
-              "the MoE fields and `smallinit` (the full model config).", ""]
+            "(hidden, d_e); `mlp.shared_expert.{gate,up,down}_proj` is one SwiGLU of width n_shared·d_e."
+        ]
+    lines += [
+        "",
+        "`config.json` carries `auto_map`, `gate`, `attn_output_gate`, `gate_layout: qwen3_next_interleaved`, "
+        "the MoE fields and `smallinit` (the full model config).",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, step: int | None = None,
-              dtype: str = "float32", force: bool = False) -> Path:
+def export_hf(
+    run_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    step: int | None = None,
+    dtype: str = "float32",
+    force: bool = False,
+) -> Path:
     """Write the checkpoint of ``run_dir`` (latest good, or ``step``) as a Hugging Face folder ``out_dir``
     (layout in the module docstring). Built in a temporary folder and renamed into place. Returns ``out_dir``."""
     from safetensors.torch import save_file
 
-    from smallinit.checkpoint import load_run_tokenizer, read_checkpoint, resolve_checkpoint
-
-    from smallinit.outputs import check_out_dir, staged_dir
+    from smallinit.core.outputs import check_out_dir, staged_dir
+    from smallinit.runs.checkpoint import load_run_tokenizer, read_checkpoint, resolve_checkpoint
 
     if dtype not in DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
@@ -287,14 +315,17 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, step: int 
     layout = check_exportable(cfg)
     tokenizer = load_run_tokenizer(ckpt)
     run_root = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
-    tok_path = next(p for p in (Path(ckpt) / "tokenizer.json", Path(ckpt).parent.parent / "tokenizer.json") if p.is_file())
+    tok_path = next(
+        p for p in (Path(ckpt) / "tokenizer.json", Path(ckpt).parent.parent / "tokenizer.json") if p.is_file()
+    )
     try:
         hf = {k: v.to(DTYPES[dtype]).contiguous() for k, v in to_hf_state_dict(data["model"], cfg).items()}
     except KeyError as e:
         raise CheckpointError(f"{ckpt}: weight {e.args[0]} missing from the checkpoint") from None
     if tokenizer.get_vocab_size() > cfg.vocab_size:
-        raise CheckpointError(f"{tok_path}: tokenizer has {tokenizer.get_vocab_size()} tokens, the model only "
-                              f"{cfg.vocab_size}")
+        raise CheckpointError(
+            f"{tok_path}: tokenizer has {tokenizer.get_vocab_size()} tokens, the model only {cfg.vocab_size}"
+        )
     bos, eos = _special_ids(tokenizer, run_root)
     with staged_dir(plan) as tmp:
         save_file(hf, str(tmp / SAFE_WEIGHTS), metadata={"format": "pt"})
@@ -302,19 +333,30 @@ def export_hf(run_dir: str | os.PathLike, out_dir: str | os.PathLike, step: int 
         _write_json(tmp / "config.json", hf_config_dict(cfg, bos, eos, dtype))
         _write_json(tmp / "generation_config.json", {"bos_token_id": bos, "eos_token_id": eos})
         shutil.copyfile(tok_path, tmp / "tokenizer.json")
-        specials = {"bos_token": tokenizer.id_to_token(bos) if bos is not None else None,
-                    "eos_token": tokenizer.id_to_token(eos) if eos is not None else None}
-        _write_json(tmp / "tokenizer_config.json", {
-            "tokenizer_class": "PreTrainedTokenizerFast", **specials, "add_bos_token": False,
-            "add_eos_token": False, "clean_up_tokenization_spaces": False, "model_max_length": cfg.max_seq_len})
+        specials = {
+            "bos_token": tokenizer.id_to_token(bos) if bos is not None else None,
+            "eos_token": tokenizer.id_to_token(eos) if eos is not None else None,
+        }
+        _write_json(
+            tmp / "tokenizer_config.json",
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                **specials,
+                "add_bos_token": False,
+                "add_eos_token": False,
+                "clean_up_tokenization_spaces": False,
+                "model_max_length": cfg.max_seq_len,
+            },
+        )
         _write_json(tmp / "special_tokens_map.json", {k: v for k, v in specials.items() if v is not None})
         if layout == "remote":
-            from smallinit.hf_remote import remote_code_sources
+            from smallinit.interop.hf_remote import remote_code_sources
 
             for name, code in remote_code_sources().items():
                 (tmp / name).write_bytes(code)
-        (tmp / "README.md").write_text(_readme(cfg, layout, str(run_dir), int(data["state"].get("step", 0)), dtype),
-                                       encoding="utf-8")
+        (tmp / "README.md").write_text(
+            _readme(cfg, layout, str(run_dir), int(data["state"].get("step", 0)), dtype), encoding="utf-8"
+        )
     return plan.path
 
 
@@ -354,17 +396,17 @@ def load_hf_tensors(hf_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, max_seq_len: int | None = None,
-              force: bool = False) -> Path:
+def import_hf(
+    hf_dir: str | os.PathLike, out_dir: str | os.PathLike, max_seq_len: int | None = None, force: bool = False
+) -> Path:
     """Turn a local Llama (or SmallinitForCausalLM) folder into a run directory ``out_dir`` with a step-0
     checkpoint (module docstring). Built in a temporary folder and renamed into place. Returns ``out_dir``."""
     from tokenizers import Tokenizer
 
-    from smallinit.checkpoint import save_checkpoint
-    from smallinit.io import atomic_write_text
-    from smallinit.train.config import RunConfig, config_from_dict, save_config
-
-    from smallinit.outputs import check_out_dir, staged_dir
+    from smallinit.config import RunConfig, config_from_dict, save_config
+    from smallinit.core.io import atomic_write_text
+    from smallinit.core.outputs import check_out_dir, staged_dir
+    from smallinit.runs.checkpoint import save_checkpoint
 
     src = Path(hf_dir)
     plan = check_out_dir(out_dir, "run", inputs=[src], force=force, verb="import-hf")
@@ -384,8 +426,9 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, max_seq_len
     except Exception as e:  # tokenizers raises a plain Exception on a bad file
         raise CheckpointError(f"{src / 'tokenizer.json'}: not a valid tokenizer.json ({str(e)[:200]})") from None
     if tok.get_vocab_size() > cfg.vocab_size:
-        raise CheckpointError(f"{src / 'tokenizer.json'}: {tok.get_vocab_size()} tokens, but vocab_size is "
-                              f"{cfg.vocab_size}")
+        raise CheckpointError(
+            f"{src / 'tokenizer.json'}: {tok.get_vocab_size()} tokens, but vocab_size is {cfg.vocab_size}"
+        )
     tensors = {k: v.float() for k, v in from_hf_state_dict(load_hf_tensors(src), cfg).items()}
     run_cfg = RunConfig(model=cfg)
     run_cfg.data.seq_len = min(run_cfg.data.seq_len, cfg.max_seq_len)
@@ -398,6 +441,18 @@ def import_hf(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, max_seq_len
     return plan.path
 
 
-__all__ = ["GATED_ARCH", "LLAMA_ARCH", "check_exportable", "export_hf", "fold_gate", "from_hf_state_dict",
-           "hf_config_dict", "hf_shapes", "import_hf", "load_hf_tensors", "model_config_from_hf",
-           "to_hf_state_dict", "unfold_gate"]
+__all__ = [
+    "GATED_ARCH",
+    "LLAMA_ARCH",
+    "check_exportable",
+    "export_hf",
+    "fold_gate",
+    "from_hf_state_dict",
+    "hf_config_dict",
+    "hf_shapes",
+    "import_hf",
+    "load_hf_tensors",
+    "model_config_from_hf",
+    "to_hf_state_dict",
+    "unfold_gate",
+]

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from smallinit.device import resolve_device as _resolve_device
+from smallinit.core.device import resolve_device as _resolve_device
 
 DEFAULT_TOKENS = 65_536
 
@@ -41,7 +41,7 @@ class TokenScores:
 
 def _run_dir_of(path: Path) -> Path:
     """The run directory of a run dir or of one of its checkpoint dirs."""
-    from smallinit.checkpoint import MANIFEST
+    from smallinit.runs.checkpoint import MANIFEST
 
     return path.parent.parent if (path / MANIFEST).is_file() else path
 
@@ -50,7 +50,7 @@ def _canonical_tokenizer(path: Path) -> str:
     """The tokenizer at ``path`` serialised by the tokenizers library (formatting-independent)."""
     from tokenizers import Tokenizer
 
-    from smallinit.errors import DataError
+    from smallinit.core.errors import DataError
 
     try:
         return Tokenizer.from_file(str(path)).to_str()
@@ -59,7 +59,7 @@ def _canonical_tokenizer(path: Path) -> str:
 
 
 def _run_tokenizer_file(run_dir: Path, label: str) -> Path:
-    from smallinit.errors import DataError
+    from smallinit.core.errors import DataError
 
     p = run_dir / "tokenizer.json"
     if not p.is_file():
@@ -87,11 +87,11 @@ def _source_of(positions: np.ndarray, spans: list | None) -> np.ndarray:
     return out.astype(str)
 
 
-
-def _resolve_runs(run_a: str | Path, run_b: str | Path, step_a: int | None,
-                  step_b: int | None) -> dict[str, dict[str, Any]]:
+def _resolve_runs(
+    run_a: str | Path, run_b: str | Path, step_a: int | None, step_b: int | None
+) -> dict[str, dict[str, Any]]:
     """{"A": …, "B": …}: each run's path as given, its checkpoint directory and the run directory holding it."""
-    from smallinit.checkpoint import resolve_checkpoint
+    from smallinit.runs.checkpoint import resolve_checkpoint
 
     runs = {}
     for label, path, step in (("A", Path(run_a), step_a), ("B", Path(run_b), step_b)):
@@ -102,7 +102,7 @@ def _resolve_runs(run_a: str | Path, run_b: str | Path, step_a: int | None,
 
 def _same_tokenizer(runs: dict[str, dict[str, Any]]) -> str:
     """The runs' common tokenizer (canonical form); DataError when their tokenizer.json differ or one is missing."""
-    from smallinit.errors import DataError
+    from smallinit.core.errors import DataError
 
     canon = {k: _canonical_tokenizer(_run_tokenizer_file(r["run_dir"], k)) for k, r in runs.items()}
     if canon["A"] != canon["B"]:
@@ -116,7 +116,7 @@ def _same_tokenizer(runs: dict[str, dict[str, Any]]) -> str:
 
 def _load_models(runs: dict[str, dict[str, Any]], dev: Any) -> None:
     """Each run's config, step and float32 model in eval mode on ``dev``, from its verified checkpoint (into runs)."""
-    from smallinit.checkpoint import model_from_state, read_checkpoint
+    from smallinit.runs.checkpoint import model_from_state, read_checkpoint
 
     for r in runs.values():
         data = read_checkpoint(r["ckpt"])
@@ -128,9 +128,9 @@ def _load_models(runs: dict[str, dict[str, Any]], dev: Any) -> None:
 def _val_data(runs: dict[str, dict[str, Any]], data_dir: str | Path | None, canon: str) -> Any:
     """The TokenData whose val split is scored: ``data_dir``, by default run B's data.path; DataError unless it was
     tokenized with the runs' tokenizer ``canon``."""
+    from smallinit.core.errors import DataError
     from smallinit.data import TokenData
-    from smallinit.errors import DataError
-    from smallinit.rundir import run_data_path
+    from smallinit.runs.rundir import run_data_path
 
     cfg_b = runs["B"]["config"]
     if data_dir is None:
@@ -152,7 +152,7 @@ def _val_data(runs: dict[str, dict[str, Any]], data_dir: str | Path | None, cano
 def _window_convention(runs: dict[str, dict[str, Any]], bos: bool | None, seq_len: int | None) -> tuple[bool, int]:
     """(bos, T) of the scoring windows: BOS as both runs trained (DataError when they disagree and ``bos`` is None),
     T = ``seq_len`` or run B's data.seq_len, at most either model's max_seq_len."""
-    from smallinit.errors import DataError
+    from smallinit.core.errors import DataError
 
     cfg_b = runs["B"]["config"]
     bos_a = bool((runs["A"]["config"].get("data") or {}).get("bos", False))
@@ -174,8 +174,9 @@ def _window_convention(runs: dict[str, dict[str, Any]], bos: bool | None, seq_le
     return bos, T
 
 
-def _score_windows(runs: dict[str, dict[str, Any]], batches: Any, n_windows: int,
-                   dev: Any) -> tuple[dict[str, list[np.ndarray]], int]:
+def _score_windows(
+    runs: dict[str, dict[str, Any]], batches: Any, n_windows: int, dev: Any
+) -> tuple[dict[str, list[np.ndarray]], int]:
     """log p of every target of the first ``n_windows`` windows of ``batches`` under each run's model, in float32
     (no TF32 / reduced-precision matmuls): ({label: per-batch log-prob arrays}, windows scored)."""
     import torch
@@ -233,9 +234,9 @@ def score_models(
     """
     import time
 
+    from smallinit.config import config_diff
+    from smallinit.core.errors import DataError
     from smallinit.data import val_batches
-    from smallinit.errors import DataError
-    from smallinit.train.config import config_diff
 
     t0 = time.perf_counter()
     if int(tokens) < 1:

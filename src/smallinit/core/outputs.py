@@ -32,11 +32,11 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
-from smallinit.errors import ConfigError
+from smallinit.core.errors import ConfigError
 
 # what each kind of output folder holds (all listed names present = that kind)
 _DIR_KINDS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -56,9 +56,19 @@ _DIR_KINDS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 OWN_NAMES: dict[str, frozenset[str]] = {
     "data": frozenset({"meta.json", "train.bin", "val.bin", "tokenizer.json"}),  # smallinit prepare
-    "export": frozenset({"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",  # export
-                         "tokenizer_config.json", "special_tokens_map.json", "README.md",
-                         "configuration_smallinit.py", "modeling_smallinit.py"}),
+    "export": frozenset(
+        {
+            "config.json",
+            "generation_config.json",
+            "model.safetensors",
+            "tokenizer.json",  # export
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "README.md",
+            "configuration_smallinit.py",
+            "modeling_smallinit.py",
+        }
+    ),
     "run": frozenset({"config.yaml", "tokenizer.json", "hf_config.json", "checkpoints"}),  # import-hf
     "widths": frozenset({"widths.json", "widths.md", "widths.png"}),  # crossover-widths
 }
@@ -68,16 +78,24 @@ log) is never deleted with the output — the folder is refused, naming them (:f
 GENERATOR = '<meta name="generator" content="smallinit">'
 """In the head of every HTML page we write (figures.html_page): an index.html without it is not ours."""
 # keys a JSON file output of each kind carries
-_FILE_KINDS: dict[str, tuple[str, ...]] = {
-    "eval": ("tasks", "config"),
-    "probe": ("step", "layers"),
-}
+_FILE_KINDS: dict[str, tuple[str, ...]] = {"eval": ("tasks", "config"), "probe": ("step", "layers")}
 
-KIND_NAMES = {"run": "a run directory", "data": "a prepared data directory", "export": "a Hugging Face export",
-              "sweep": "a sweep folder", "reproduce": "a reproduce folder", "eval": "an eval results file",
-              "probe": "a probe results file", "compare": "a compare folder", "scaling": "a scaling folder",
-              "anchor": "an anchor run", "plot": "a plot folder", "crossover": "a crossover folder",
-              "audit": "an audit output", "widths": "a crossover-widths folder"}
+KIND_NAMES = {
+    "run": "a run directory",
+    "data": "a prepared data directory",
+    "export": "a Hugging Face export",
+    "sweep": "a sweep folder",
+    "reproduce": "a reproduce folder",
+    "eval": "an eval results file",
+    "probe": "a probe results file",
+    "compare": "a compare folder",
+    "scaling": "a scaling folder",
+    "anchor": "an anchor run",
+    "plot": "a plot folder",
+    "crossover": "a crossover folder",
+    "audit": "an audit output",
+    "widths": "a crossover-widths folder",
+}
 
 
 def output_kind(path: str | os.PathLike) -> str | None:
@@ -93,7 +111,8 @@ def output_kind(path: str | os.PathLike) -> str | None:
             if all((p / n).exists() for n in names):
                 try:
                     if kind == "export" and not (p / "README.md").read_text(errors="replace").startswith(
-                            "# smallinit export"):
+                        "# smallinit export"
+                    ):
                         continue
                     if kind == "plot" and GENERATOR not in (p / "index.html").read_text(errors="replace")[:2000]:
                         continue
@@ -149,17 +168,20 @@ def foreign_entries(folder: Path, kind: str) -> list[str]:
     own = OWN_NAMES.get(kind)
     if own is None:
         return []
-    return sorted(c.name + ("/" if c.is_dir() else "") for c in folder.iterdir()
-                  if c.name not in own and c.name != ".lock")
+    return sorted(
+        c.name + ("/" if c.is_dir() else "") for c in folder.iterdir() if c.name not in own and c.name != ".lock"
+    )
 
 
 def _refuse_foreign(out: Path, kind: str, verb: str) -> None:
     foreign = foreign_entries(out, kind)
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise ConfigError(f"{out}: also holds {shown}, which {verb or 'this command'} did not write; --force replaces "
-                          f"only {KIND_NAMES.get(kind, kind)} and never deletes other files: move them out first or "
-                          "choose another folder")
+        raise ConfigError(
+            f"{out}: also holds {shown}, which {verb or 'this command'} did not write; --force replaces "
+            f"only {KIND_NAMES.get(kind, kind)} and never deletes other files: move them out first or "
+            "choose another folder"
+        )
 
 
 def _is_empty_dir(p: Path) -> bool:
@@ -177,9 +199,16 @@ class OutputPlan:
     state: str
 
 
-def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike] = (),
-                  force: bool = False, can_continue: bool = False, verb: str = "",
-                  has_force: bool = True) -> OutputPlan:
+def check_out_dir(
+    out: str | os.PathLike,
+    kind: str,
+    *,
+    inputs: Iterable[str | os.PathLike] = (),
+    force: bool = False,
+    can_continue: bool = False,
+    verb: str = "",
+    has_force: bool = True,
+) -> OutputPlan:
     """Apply the policy (module docstring) to the output folder ``out`` of ``kind``; ConfigError when refused
     (``has_force``: whether the verb has a ``--force`` for the refusal to mention).
 
@@ -196,16 +225,22 @@ def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | o
         ro, rs = _resolved(out), _resolved(src)
         if ro == rs or ro in rs.parents:  # the output is, or holds, an input
             if not (can_continue and ro == rs and output_kind(out) == kind):
-                raise ConfigError(f"{out}: the output folder would be or contain the input {src}; "
-                                  "choose an output folder outside every input")
+                raise ConfigError(
+                    f"{out}: the output folder would be or contain the input {src}; "
+                    "choose an output folder outside every input"
+                )
         elif rs in ro.parents and force:  # --force never replaces anything inside an input
-            raise ConfigError(f"{out}: lies inside the input {src}; --force never replaces a folder inside an "
-                              "input: choose an output folder outside it")
+            raise ConfigError(
+                f"{out}: lies inside the input {src}; --force never replaces a folder inside an "
+                "input: choose an output folder outside it"
+            )
     if out.is_symlink():  # a link to a folder (e.g. on a scratch disk): the output goes to the folder, the link stays
         target = _resolved(out)
         if not target.exists():
-            raise ConfigError(f"{out}: is a symbolic link to {target}, which does not exist; create that folder "
-                              "or choose another name")
+            raise ConfigError(
+                f"{out}: is a symbolic link to {target}, which does not exist; create that folder "
+                "or choose another name"
+            )
         out = target
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is a file, not a folder; choose a folder name")
@@ -221,13 +256,16 @@ def check_out_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | o
             _refuse_foreign(out, kind, verb)  # only what the command itself wrote is replaced
             _check_writable(out.parent)  # the replacement is written beside and renamed into place
             return OutputPlan(out, kind, "replace")
-        hint = {"run": f"use `smallinit train --resume {out}` or a new --out"}.get(kind, "choose a new folder or "
-                                                                                        "pass --force to replace it")
+        hint = {"run": f"use `smallinit train --resume {out}` or a new --out"}.get(
+            kind, "choose a new folder or pass --force to replace it"
+        )
         raise ConfigError(f"{out} already holds {'a run' if kind == 'run' else what}; {hint}")
     held = f" (it holds {KIND_NAMES[found]})" if found else ""
     force_hint = " or over a previous one with --force" if has_force and not can_continue else ""
-    raise ConfigError(f"{out}: folder exists and is not empty{held}; {verb + ' ' if verb else ''}writes {what} only "
-                      f"into a new or empty folder{force_hint}; choose another folder")
+    raise ConfigError(
+        f"{out}: folder exists and is not empty{held}; {verb + ' ' if verb else ''}writes {what} only "
+        f"into a new or empty folder{force_hint}; choose another folder"
+    )
 
 
 def check_out_file(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | os.PathLike] = ()) -> Path:
@@ -241,8 +279,10 @@ def check_out_file(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | 
         raise ConfigError(f"{out}: is a folder; give a file name (e.g. {out / (kind + '.json')})")
     if out.exists():
         if _file_kind(out) != kind:
-            raise ConfigError(f"{out}: exists and is not {KIND_NAMES.get(kind, kind)}; refusing to overwrite it "
-                              "(choose another name or remove it)")
+            raise ConfigError(
+                f"{out}: exists and is not {KIND_NAMES.get(kind, kind)}; refusing to overwrite it "
+                "(choose another name or remove it)"
+            )
     _check_writable(out.parent)  # written beside and renamed into place
     return out
 
@@ -250,7 +290,7 @@ def check_out_file(out: str | os.PathLike, kind: str, *, inputs: Iterable[str | 
 def install_dir(tmp: Path, plan: OutputPlan) -> Path:
     """Rename the finished ``tmp`` folder to ``plan.path``; a replaced output is moved aside first and removed
     only once the new one is in place."""
-    from smallinit.io import fsync_dir
+    from smallinit.core.io import fsync_dir
 
     out = plan.path
     old = None
@@ -262,8 +302,10 @@ def install_dir(tmp: Path, plan: OutputPlan) -> Path:
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)
         else:  # something appeared meanwhile: never delete it
-            raise ConfigError(f"{out}: appeared while the output was being written; it is left as it is and the "
-                              "new output was not installed")
+            raise ConfigError(
+                f"{out}: appeared while the output was being written; it is left as it is and the "
+                "new output was not installed"
+            )
     os.replace(tmp, out)
     fsync_dir(out.parent)
     if old is not None:
@@ -305,8 +347,14 @@ def stale_tmp_dirs(out: Path) -> list[Path]:
         return []
     for p in entries:
         m = pat.fullmatch(p.name)
-        if m and m.group(2) == host and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))) \
-                and p.is_dir() and not p.is_symlink():
+        if (
+            m
+            and m.group(2) == host
+            and int(m.group(1)) != os.getpid()
+            and not _pid_alive(int(m.group(1)))
+            and p.is_dir()
+            and not p.is_symlink()
+        ):
             found.append(p)
     return sorted(found)
 
@@ -315,7 +363,7 @@ def tmp_dir_for(out: Path) -> Path:
     """A fresh temporary folder beside ``out`` (same filesystem, so the final rename is atomic), named
     ``.NAME.tmp-PID.HOST-*`` after this process; those an interrupted earlier one left for ``out`` (its process gone,
     :func:`stale_tmp_dirs`) are removed first."""
-    from smallinit.io import umask
+    from smallinit.core.io import umask
 
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in stale_tmp_dirs(out):
@@ -338,6 +386,16 @@ def staged_dir(plan: OutputPlan) -> Iterator[Path]:
         raise
 
 
-__all__ = ["OWN_NAMES", "OutputPlan", "check_out_dir", "check_out_file", "foreign_entries", "install_dir",
-           "output_kind", "overlaps", "stale_tmp_dirs",
-           "staged_dir", "tmp_dir_for"]
+__all__ = [
+    "OWN_NAMES",
+    "OutputPlan",
+    "check_out_dir",
+    "check_out_file",
+    "foreign_entries",
+    "install_dir",
+    "output_kind",
+    "overlaps",
+    "stale_tmp_dirs",
+    "staged_dir",
+    "tmp_dir_for",
+]

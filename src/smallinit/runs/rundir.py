@@ -5,7 +5,7 @@ A run directory (written by :class:`smallinit.train.loop.Trainer`, or by the anc
     config.yaml     the resolved config          read_config(rd)
     metrics.jsonl   one record per logged step   read_metrics(rd)
     probes.jsonl    one record per probed step   read_probes(rd)
-    heatmaps/       row-cosine matrices          (smallinit.probes.training.read_heatmaps)
+    heatmaps/       row-cosine matrices          read_heatmaps(rd)
     summary.json    written when the run ends    read_json(rd / "summary.json")
     failed.json     written by a job runner when the run exited with an error
     tb/, wandb/     experiment trackers' files (train.logger); wandb.json keeps the W&B run id
@@ -25,12 +25,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smallinit.errors import RunDirError
-from smallinit.io import read_jsonl
+import numpy as np
 
-IGNORED_IN_COMPARISON: tuple[str, ...] = ("train.progress", "train.threads", "train.device", "train.tensorboard",
-                                          "train.keep_ckpts", "train.compile", "train.logger", "train.wandb_project",
-                                          "train.wandb_run_name", "train.wandb_entity")
+from smallinit.core.errors import RunDirError
+from smallinit.core.io import read_jsonl
+
+PROBES_FILE = "probes.jsonl"
+HEATMAP_DIR = "heatmaps"
+
+IGNORED_IN_COMPARISON: tuple[str, ...] = (
+    "train.progress",
+    "train.threads",
+    "train.device",
+    "train.tensorboard",
+    "train.keep_ckpts",
+    "train.compile",
+    "train.logger",
+    "train.wandb_project",
+    "train.wandb_run_name",
+    "train.wandb_entity",
+)
 """Config keys that only concern how a run is executed, never what it learns or records: ignored whenever two
 run configs are compared."""
 
@@ -117,11 +131,15 @@ def data_mismatch(run_dir: str | os.PathLike, data: Any, scan: bool = True) -> s
     (``--force``) under another tokenizer, after the run started."""
     rd, n = Path(run_dir), data.vocab_size
     vocab_size = trained_vocab(rd)
-    fix = ("point data.path at the data the run was trained on (or prepare it again exactly as its meta.json "
-           "command says), or train a new run on this data")
+    fix = (
+        "point data.path at the data the run was trained on (or prepare it again exactly as its meta.json "
+        "command says), or train a new run on this data"
+    )
     if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) and vocab_size != n:
-        return (f"{data.path}: holds a vocabulary of {n} tokens (meta.json), but run {rd} was trained with "
-                f"{vocab_size}: the data was prepared again with another tokenizer; {fix}")
+        return (
+            f"{data.path}: holds a vocabulary of {n} tokens (meta.json), but run {rd} was trained with "
+            f"{vocab_size}: the data was prepared again with another tokenizer; {fix}"
+        )
     mine, theirs = rd / "tokenizer.json", data.path / data.meta["files"]["tokenizer"]
     if mine.is_file() and theirs.is_file() and mine.read_bytes() != theirs.read_bytes():
         from tokenizers import Tokenizer
@@ -134,14 +152,18 @@ def data_mismatch(run_dir: str | os.PathLike, data: Any, scan: bool = True) -> s
 
         a, b = canonical(mine), canonical(theirs)
         if a is None or a != b:
-            return (f"{theirs}: is not the tokenizer run {rd} was trained with ({mine} differs): the data was "
-                    f"prepared again with another tokenizer; {fix}")
+            return (
+                f"{theirs}: is not the tokenizer run {rd} was trained with ({mine} differs): the data was "
+                f"prepared again with another tokenizer; {fix}"
+            )
     if scan:
         for name in ("train", "val"):
             top = data.max_token(name)
             if top >= n:
-                return (f"{data.path}: {name}.bin holds token id {top}, but the vocabulary (meta.json vocab_size) "
-                        f"is {n}: the data was damaged or written into after the run started; {fix}")
+                return (
+                    f"{data.path}: {name}.bin holds token id {top}, but the vocabulary (meta.json vocab_size) "
+                    f"is {n}: the data was damaged or written into after the run started; {fix}"
+                )
     return None
 
 
@@ -160,14 +182,34 @@ def read_metrics(run_dir: str | os.PathLike, by_step: bool = False) -> list[dict
     return _by_step(recs) if by_step else recs
 
 
+def read_heatmaps(run_dir: str | Path) -> dict[int, dict[str, dict[str, np.ndarray]]]:
+    """{step: {matrix name: {"cos", "rows", "order"}}} for every heatmap file of a run."""
+    out: dict[int, dict[str, dict[str, np.ndarray]]] = {}
+    d = Path(run_dir) / HEATMAP_DIR
+    if not d.is_dir():
+        return out
+    for f in sorted(d.glob("step_*.npz")):
+        try:
+            step = int(f.stem[5:])
+            with np.load(f) as z:
+                per: dict[str, dict[str, np.ndarray]] = {}
+                for key in z.files:
+                    name, _, field = key.rpartition("/")
+                    per.setdefault(name, {})[field] = z[key]
+        except (ValueError, OSError):
+            continue  # a foreign or damaged file: skipped
+        out[step] = per
+    return out
+
+
 def read_probes(run_dir: str | os.PathLike, by_step: bool = False) -> list[dict[str, Any]]:
     """The records of ``probes.jsonl`` (see :func:`read_metrics` for ``by_step``)."""
-    recs = read_jsonl(Path(run_dir) / "probes.jsonl")
+    recs = read_jsonl(Path(run_dir) / PROBES_FILE)
     return _by_step(recs) if by_step else recs
 
 
 def run_state(run_dir: str | os.PathLike) -> str:
-    """"done" (summary.json says completed), "failed" (failed.json), "partial" (config.yaml, no summary:
+    """ "done" (summary.json says completed), "failed" (failed.json), "partial" (config.yaml, no summary:
     interrupted, resumable) or "new"."""
     rd = Path(run_dir)
     s = read_json(rd / "summary.json")
@@ -210,6 +252,7 @@ def last_val_loss(run_dir: str | os.PathLike) -> tuple[float | None, int | None]
 
 # ---- configs -------------------------------------------------------------------------------------------
 
+
 def ignored(key: str) -> bool:
     """Whether a dotted config key is in :data:`IGNORED_IN_COMPARISON`."""
     return key in IGNORED_IN_COMPARISON
@@ -227,7 +270,7 @@ def config_get(config: dict[str, Any], key: str, default: Any = None) -> Any:
 
 def compared_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Dotted keys whose values differ between two nested configs, without the ignored keys."""
-    from smallinit.train.config import config_diff
+    from smallinit.config import config_diff
 
     return {k: v for k, v in config_diff(a, b).items() if not ignored(k)}
 
@@ -244,7 +287,7 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _with_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     """``cfg`` with every field the code knows filled in (unchanged when it is not a valid config)."""
-    from smallinit.train.config import config_from_dict
+    from smallinit.config import config_from_dict
 
     try:
         return config_from_dict(cfg).to_dict()
@@ -267,8 +310,15 @@ def config_mismatch(existing: dict[str, Any], wanted: dict[str, Any]) -> dict[st
             continue
         if isinstance(va, (list, tuple)) and isinstance(vb, (list, tuple)):
             va, vb = list(va), list(vb)
-        if k == "data.path" and va != vb and isinstance(va, str) and isinstance(vb, str) and va and vb \
-                and os.path.realpath(va) == os.path.realpath(vb):
+        if (
+            k == "data.path"
+            and va != vb
+            and isinstance(va, str)
+            and isinstance(vb, str)
+            and va
+            and vb
+            and os.path.realpath(va) == os.path.realpath(vb)
+        ):
             continue  # one folder written two ways (relative here vs absolute): the same data
         if va != vb:
             out[k] = (va, vb)
@@ -276,6 +326,7 @@ def config_mismatch(existing: dict[str, Any], wanted: dict[str, Any]) -> dict[st
 
 
 # ---- summaries -----------------------------------------------------------------------------------------
+
 
 def summarize_probe_record(rec: dict[str, Any]) -> dict[str, float | None]:
     """Key numbers of one probes.jsonl record: ``sink`` (mean over layers of the first-token attention
@@ -288,8 +339,10 @@ def summarize_probe_record(rec: dict[str, Any]) -> dict[str, float | None]:
         return [x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
 
     sinks = vals([l.get("sink") for l in layers])
-    sats = vals([(l.get(n) or {}).get("saturation") for l in layers for n in ("attn_norm", "mlp_norm")]
-                + [(rec.get("final_norm") or {}).get("saturation")])
+    sats = vals(
+        [(l.get(n) or {}).get("saturation") for l in layers for n in ("attn_norm", "mlp_norm")]
+        + [(rec.get("final_norm") or {}).get("saturation")]
+    )
     mats = {k: v for k, v in (rec.get("matrices") or {}).items() if k.startswith("blocks.")}
     sr = vals([m.get("srank") for m in mats.values()])
     co = vals([m.get("cond") for m in mats.values()])
@@ -298,9 +351,15 @@ def summarize_probe_record(rec: dict[str, Any]) -> dict[str, float | None]:
     def mean(xs):
         return sum(xs) / len(xs) if xs else None
 
-    return {"sink": mean(sinks), "sink_max": max(sinks) if sinks else None, "uniform_sink": rec.get("uniform_sink"),
-            "saturation_min": min(sats) if sats else None, "srank_mean": mean(sr), "cond_mean": mean(co),
-            "max_act": max(acts) if acts else None}
+    return {
+        "sink": mean(sinks),
+        "sink_max": max(sinks) if sinks else None,
+        "uniform_sink": rec.get("uniform_sink"),
+        "saturation_min": min(sats) if sats else None,
+        "srank_mean": mean(sr),
+        "cond_mean": mean(co),
+        "max_act": max(acts) if acts else None,
+    }
 
 
 def collect_run(run_dir: str | os.PathLike) -> dict[str, Any]:
@@ -349,13 +408,31 @@ class RunData:
 def load_run(run_dir: str | os.PathLike) -> RunData:
     """Read ``config.yaml``, ``metrics.jsonl``, ``probes.jsonl`` and ``heatmaps/`` of a run directory
     (records sorted by step, the last record of a repeated step kept)."""
-    from smallinit.probes.training import read_heatmaps
-
     p = Path(run_dir)
     return RunData(p, read_config(p), read_metrics(p, by_step=True), read_probes(p, by_step=True), read_heatmaps(p))
 
 
-__all__ = ["DATA_DECIDED", "IGNORED_IN_COMPARISON", "RunData", "collect_run", "compared_diff", "config_get",
-           "data_mismatch", "trained_vocab",
-           "config_mismatch", "ignored", "last_step", "last_val_loss", "load_run", "read_config", "read_json",
-           "read_metrics", "read_probes", "run_state", "summarize_probe_record"]
+__all__ = [
+    "DATA_DECIDED",
+    "HEATMAP_DIR",
+    "PROBES_FILE",
+    "IGNORED_IN_COMPARISON",
+    "RunData",
+    "collect_run",
+    "compared_diff",
+    "config_get",
+    "data_mismatch",
+    "trained_vocab",
+    "config_mismatch",
+    "ignored",
+    "last_step",
+    "last_val_loss",
+    "load_run",
+    "read_config",
+    "read_json",
+    "read_heatmaps",
+    "read_metrics",
+    "read_probes",
+    "run_state",
+    "summarize_probe_record",
+]

@@ -1,0 +1,1 @@
+"""Comparing and fitting runs: token-level comparison, scaling fits, the loss crossing."""

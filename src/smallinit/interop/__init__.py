@@ -1,0 +1,1 @@
+"""Hugging Face interop: export to and import from transformers."""

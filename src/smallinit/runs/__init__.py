@@ -1,0 +1,1 @@
+"""A run directory: reading it, its checkpoints, its heatmaps, its health check."""
