@@ -353,7 +353,7 @@ def test_cli_audits_a_qwen_style_config_with_widths(tmp_path, no_network, capsys
 
 
 def test_width_scaling_keeps_head_dim():
-    from smallinit.audit.targets import scale_hf_config, scale_model_config
+    from smallinit.audit.width_family import scale_hf_config, scale_model_config
 
     q = transformers.Qwen2Config(
         hidden_size=3584,

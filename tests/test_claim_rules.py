@@ -238,8 +238,8 @@ def old_issue18_claim6(small, std, steps):
 
     def stats(r):
         pts = [(t, x) for t, x in zip(steps, r) if t > 0]
-        (t_ref, r_ref), (t_end, r_end) = pts[0], pts[-1]
-        t_mid, r_mid = min(pts[1:-1], key=lambda p: abs(p[0] - t_end / 2))
+        r_ref, t_end = pts[0][1], pts[-1][0]
+        _, r_mid = min(pts[1:-1], key=lambda p: abs(p[0] - t_end / 2))
         return math.log(r_ref) - math.log(r_mid)
 
     return paired_effect("a", [stats(small[n]) for n in NAMES], [stats(std[n]) for n in NAMES], "matrices")

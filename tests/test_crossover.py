@@ -259,7 +259,8 @@ def _losses(run_dir):
 
 
 def test_a_cooldown_branch_equals_wsd_from_the_start(token_dir, tmp_path):
-    from smallinit.config import config_from_dict
+    import copy
+
     from smallinit.experiments.crossover import plan_jobs
     from smallinit.experiments.crossover_runs import run_job
     from smallinit.train.loop import train
@@ -270,7 +271,8 @@ def test_a_cooldown_branch_equals_wsd_from_the_start(token_dir, tmp_path):
     trunk = next(j for j in trunks if j.arm == "small")
     branch = next(j for j in branches if j.arm == "small" and j.start == 16)
     assert run_job(trunk)[0] == "done" and run_job(branch)[0] == "done"
-    direct = config_from_dict(branch.config)  # WSD to 20 steps, trained from step 0 in one go
+    assert branch.after == (trunk.name,) and branch.branch_from == (trunk.run_dir, 16)
+    direct = copy.deepcopy(branch.config)  # WSD to 20 steps, trained from step 0 in one go (a typed RunConfig)
     train(direct, tmp_path / "direct")
     assert _losses(branch.run_dir) == _losses(tmp_path / "direct")  # bit-identical
     got = json.loads((branch.run_dir / "summary.json").read_text())["final_val_loss"]
@@ -295,7 +297,7 @@ def test_rerun_after_a_kill_mid_branch_skips_finished_work(token_dir, tmp_path):
     assert list_checkpoints(killed)
     logs.clear()
     run_crossover(_spec(token_dir), out, log=logs.append, n_boot=20)
-    assert sum("skipped" in l for l in logs) == 2 + 5 and sum(" done " in l for l in logs) == 1
+    assert any("7/8 already finished" in l for l in logs) and sum(" done " in l for l in logs) == 1
     assert {p: p.stat().st_mtime_ns for p in finished} == finished  # finished runs untouched
     assert json.loads((killed / "summary.json").read_text())["completed"]
 
@@ -360,7 +362,8 @@ def test_a_larger_budget_extends_the_trunks_and_reuses_every_finished_run(token_
     assert json.loads((trunk / "summary.json").read_text())["step"] == 64  # the trunk went on to 0.8 · 80 steps
     assert (out / "runs" / "small" / "seed0" / "D10240" / "summary.json").is_file()
     assert [b["tokens"] for b in res["budgets"]] == [1280, 2560, 5120, 10240]
-    assert sum(" skipped " in l for l in logs) == 2 * 3 and sum(" done " in l for l in logs) == 2 * 2
+    assert any("6/10 already finished" in l for l in logs) and sum(" done " in l for l in logs) == 2 * 2
+    assert sum(" start " in l and "trunk (resuming from step 32)" in l for l in logs) == 2  # continued, not redone
     other = _spec(token_dir)
     other.tokens *= 2
     other.fractions = [0.3, 1.0]  # would start from trunk steps that kept no checkpoint
@@ -398,8 +401,9 @@ def test_each_arm_gets_its_tuned_rate_and_a_winning_edge_extends_the_grid(token_
     assert TUNE_SEED not in spec.seeds
     assert res["tuning"]["base"]["losses"].keys() == res["tuning"]["small"]["losses"].keys()
     for arm in ("base", "small"):
+        assert (out / "runs" / arm / "tune" / "jobs" / "lr1e-05.log").is_file()  # the runner's logs, beside the runs
         for d in (out / "runs" / arm / "tune").iterdir():
-            if d.is_dir():
+            if d.is_dir() and d.name != "jobs":
                 cfg = read_config(d)
                 assert cfg["train"]["seed"] == TUNE_SEED
                 assert cfg["data"]["tune_batches"] >= 1
@@ -408,27 +412,53 @@ def test_each_arm_gets_its_tuned_rate_and_a_winning_edge_extends_the_grid(token_
     assert "Learning rate per arm" in (out / "crossover.md").read_text()
     logs: list[str] = []
     run_crossover(spec, out, log=logs.append, n_boot=10)
-    assert logs and all(" skipped " in line for line in logs if line.startswith("[crossover] ") and "/" in line)
+    assert any("already finished" in line for line in logs) and not any(" start " in line for line in logs)
+
+
+def _fake_runs(monkeypatch, outcome):
+    """The runner's in-process call replaced: ``outcome(run_dir name)`` is None (the run is done), an exception to
+    raise, or a callable; returns the names in the order they started."""
+    from smallinit.experiments import runner
+
+    started = []
+
+    def fake(job, resume=False):
+        started.append(job.run_dir.name)
+        what = outcome(job.run_dir.name)
+        if isinstance(what, BaseException):
+            raise what
+        job.run_dir.mkdir(parents=True, exist_ok=True)
+        (job.run_dir / "summary.json").write_text(json.dumps({"completed": True, "step": job.total_steps}))
+
+    monkeypatch.setattr(runner, "run_job", fake)
+    return started
+
+
+def _job(tmp_path, kind, name, trunk=None, train=None):
+    from smallinit.config import RunConfig
+    from smallinit.experiments.crossover_runs import crossover_job
+
+    cfg = RunConfig()
+    for k, v in (train or {}).items():
+        setattr(cfg.train, k, v)
+    return crossover_job(kind, "a", 0, tmp_path / "runs" / "a" / "seed0" / name, cfg, trunk, 1 if trunk else 0)
 
 
 def test_an_interrupted_run_stops_the_batch(monkeypatch, tmp_path):
     """Ctrl-C or SIGTERM to one run: it checkpoints and reports "interrupted"; the batch raises Interrupted and
     starts nothing more (before, the pool went on with the next jobs and the command never stopped)."""
+    import signal
+
     from smallinit.core.errors import Interrupted
-    from smallinit.experiments import crossover_runs
-    from smallinit.experiments.crossover_runs import Job, execute
+    from smallinit.experiments.crossover_runs import execute
 
-    started = []
-
-    def fake(job):
-        started.append(job.run_dir.name)
-        return ("interrupted", "interrupted by SIGINT at step 3") if job.run_dir.name == "b" else ("done", None)
-
-    monkeypatch.setattr(crossover_runs, "run_job", fake)
-    jobs = [Job("trunk", "x", 0, tmp_path / n, {}) for n in ("a", "b", "c")]
+    stop = Interrupted("interrupted by SIGINT at step 3: checkpoint saved", signal.SIGINT, 3, None)
+    started = _fake_runs(monkeypatch, lambda name: stop if name == "b" else None)
+    jobs = [_job(tmp_path, "trunk", n) for n in ("a", "b", "c")]
     with pytest.raises(Interrupted, match="rerun the same command"):
         execute(jobs, 1, log=lambda s: None)
     assert started == ["a", "b"]
+    assert not (jobs[1].run_dir / "failed.json").exists()  # interrupted is never failed
 
 
 def test_a_batch_of_fewer_runs_than_cores_shares_all_the_cores(monkeypatch, tmp_path):
@@ -436,23 +466,23 @@ def test_a_batch_of_fewer_runs_than_cores_shares_all_the_cores(monkeypatch, tmp_
     (before, `reproduce` gave every run cores // jobs = 1 thread and left 14 cores idle), eight branches 2 each;
     finished runs do not count; a count given or set in the run's config is kept."""
     from smallinit.experiments import cost
-    from smallinit.experiments.crossover_runs import Job, assign_threads
+    from smallinit.experiments.crossover_runs import assign_threads
 
     monkeypatch.setattr(cost, "usable_cores", lambda: 16)
 
-    def batch(n: int, train: dict | None = None) -> list[Job]:
-        return [Job("trunk", "x", 0, tmp_path / f"r{i}", {"train": dict(train or {})}) for i in range(n)]
+    def batch(n: int, train: dict | None = None) -> list:
+        return [_job(tmp_path, "branch", f"r{i}", train=train) for i in range(n)]
 
-    def threads(jobs: list[Job]) -> list[int]:
-        return [j.config["train"]["threads"] for j in jobs]
+    def threads(jobs: list) -> list[int]:
+        return [j.config.train.threads for j in jobs]
 
     for n, workers, want in ((2, 16, 8), (8, 16, 2), (8, 4, 4), (32, 16, 1), (3, 16, 5), (1, 16, 0)):
         jobs = batch(n)
         assign_threads(jobs, workers)
         assert threads(jobs) == [want] * n, (n, workers)
-    for i in range(6):  # six of eight runs finished: the two left share the cores
-        (tmp_path / f"r{i}").mkdir()
-        (tmp_path / f"r{i}" / "summary.json").write_text(json.dumps({"completed": True}))
+    for j in batch(8)[:6]:  # six of eight runs finished: the two left share the cores
+        j.run_dir.mkdir(parents=True)
+        (j.run_dir / "summary.json").write_text(json.dumps({"completed": True}))
     jobs = batch(8)
     assign_threads(jobs, 16)
     assert threads(jobs) == [8] * 8
@@ -515,27 +545,25 @@ def test_keys_the_crossover_sets_are_refused_in_arms_and_overrides():
 
 def test_a_branch_waits_only_for_its_own_trunk_and_is_blocked_when_it_failed(monkeypatch, tmp_path):
     """A trunk's branches are runnable as soon as that trunk is done (issue 31: a core idled while the other arm's
-    trunk finished); the branches of a failed trunk are not run ("blocked"), the others are."""
-    from smallinit.experiments import crossover_runs
-    from smallinit.experiments.crossover_runs import Job, execute
+    trunk finished); the branches of a failed trunk are not run ("blocked"), the others are; the failed trunk has
+    its failed.json and is not run again by a rerun unless asked (it used to count as "partial": retried forever)."""
+    from smallinit.core.errors import RunDirError
+    from smallinit.experiments.crossover_runs import execute
 
-    started = []
-
-    def fake(job):
-        started.append(job.run_dir.name)
-        return ("failed", "boom") if job.run_dir.name == "tA" else ("done", None)
-
-    monkeypatch.setattr(crossover_runs, "run_job", fake)
-    tA, tB = tmp_path / "tA", tmp_path / "tB"
-    jobs = [
-        Job("trunk", "a", 0, tA, {}),
-        Job("trunk", "b", 0, tB, {}),
-        Job("branch", "a", 0, tmp_path / "bA", {}, trunk_dir=tA, start=1),
-        Job("branch", "b", 0, tmp_path / "bB", {}, trunk_dir=tB, start=1),
-    ]
-    res = execute(jobs, 1, log=lambda s: None)
+    started = _fake_runs(monkeypatch, lambda name: RunDirError("boom") if name == "tA" else None)
+    tA, tB = _job(tmp_path, "trunk", "tA"), _job(tmp_path, "trunk", "tB")
+    bA, bB = _job(tmp_path, "branch", "bA", tA), _job(tmp_path, "branch", "bB", tB)
+    res = execute([tA, tB, bA, bB], 1, log=lambda s: None)
     assert started == ["tA", "tB", "bB"]
-    assert res[tmp_path / "bA"][0] == "blocked" and res[tmp_path / "bB"][0] == "done"
+    assert res[bA.run_dir][0] == "blocked" and res[bB.run_dir][0] == "done" and res[tA.run_dir] == ("failed", "boom")
+    assert json.loads((tA.run_dir / "failed.json").read_text())["error"] == "boom"
+    assert "error: boom" in tA.log_path.read_text() and tA.log_path.parent.name == "jobs"
+    started.clear()
+    res = execute([tA, tB, bA, bB], 1, log=lambda s: None)
+    assert started == [] and res[tA.run_dir][0] == "failed" and res[bA.run_dir][0] == "blocked"
+    res = execute([tA, tB, bA, bB], 1, log=lambda s: None, retry_failed=True)
+    assert started == ["tA"]  # it fails again: its branch is blocked again
+    assert res[bA.run_dir][0] == "blocked"
 
 
 def test_two_seeds_never_predict_a_crossing_either_way():
@@ -594,9 +622,10 @@ def test_an_arm_on_data_of_another_tokenizer_is_refused_before_any_folder(token_
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(bytes_dir) in lines[0], lines
     assert not out.exists()
     spec.arms["small"] = ["model.gamma=1.0", f"data.path={token_dir}"]  # the same data, written per arm: fine
-    from smallinit.experiments.crossover import _check_data, plan_jobs
+    from smallinit.experiments.crossover import plan_jobs
+    from smallinit.experiments.crossover_checks import check_data
 
-    _check_data(plan_jobs(spec, out)[0])
+    check_data(plan_jobs(spec, out)[0])
 
 
 def test_equal_settings_written_differently_continue_and_a_key_twice_in_an_arm_is_refused(

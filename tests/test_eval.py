@@ -34,7 +34,8 @@ from smallinit.eval.answers import (
     math_equal,
     normalize_math_answer,
 )
-from smallinit.eval.multiple_choice import MCItem, YamlMCTask, fewshot_indices, score_mc, with_shots
+from smallinit.eval.mc_scoring import MCItem, fewshot_indices, score_mc, with_shots
+from smallinit.eval.multiple_choice import YamlMCTask
 
 V, EOT, MARGIN = 257, 256, 10.0
 LOGZ = math.log(math.exp(MARGIN) + V - 1)

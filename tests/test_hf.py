@@ -624,7 +624,8 @@ def test_config_mapping_round_trip_and_transformers5_rope():
 
 
 def test_export_of_imported_model_keeps_its_special_ids(tmp_path):
-    """A Llama tokenizer without <|endoftext|> (here "</s>" = 256): export takes bos/eos from the import's hf_config.json."""
+    """A Llama tokenizer without <|endoftext|> (here "</s>" = 256): export takes bos/eos from the import's
+    hf_config.json."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     from smallinit.data.tokenizer import bytes_to_unicode

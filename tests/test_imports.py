@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 CLI_ALLOWED = ("smallinit.cli", "smallinit.__main__")
 

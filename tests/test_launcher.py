@@ -246,7 +246,8 @@ def test_the_sbatch_scripts_of_a_crossover_without_a_cluster(token_dir, tmp_path
 def test_a_run_stopped_by_its_time_limit_is_submitted_again_only_when_it_moved_on(tmp_path, monkeypatch):
     """A job that ended before its run did goes again at once (SLURM) when its run checkpointed past where the job
     started and nobody cancelled it; a killed job with no progress, or a cancelled one, waits for a rerun."""
-    from smallinit.experiments.launcher import ClusterOptions, Launcher, Submitted
+    from smallinit.experiments.cluster_jobs import Submitted
+    from smallinit.experiments.launcher import ClusterOptions, Launcher
     from smallinit.runs.checkpoint import CKPT_SUBDIR, MANIFEST, ckpt_dir_name
 
     bin_dir, rec = _fake_slurm(tmp_path)

@@ -231,8 +231,8 @@ def test_logits_and_loss_equal_reference(name):
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_training_steps_match_the_reference_path(name):
-    """Eight AdamW steps at γ = 0.5 on two alternated batches (so that the weights move and the loss falls): per-step losses of the new
-    and the old path agree to float tolerance, and so do the final weights."""
+    """Eight AdamW steps at γ = 0.5 on two alternated batches (so that the weights move and the loss falls): per-step
+    losses of the new and the old path agree to float tolerance, and so do the final weights."""
     torch.manual_seed(0)
     cfg = ModelConfig.from_dict({**CONFIGS[name], "gamma": 0.5})
     new = Transformer(cfg)

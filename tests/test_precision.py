@@ -254,7 +254,7 @@ def _parity_losses(shift_baseline: float, shift_paper: float, seeds: int = 3, no
 
 
 def test_bf16_that_moves_only_one_arm_keeps_claim_runs_in_fp32():
-    from smallinit.train.precision import loss_parity
+    from smallinit.train.precision_parity import loss_parity
 
     res = loss_parity(_parity_losses(0.0, 0.03), "baseline", "paper")  # bf16 costs the small-init arm 0.03 nats
     assert res["decision"] == "fp32 for claim runs"
@@ -263,7 +263,7 @@ def test_bf16_that_moves_only_one_arm_keeps_claim_runs_in_fp32():
 
 
 def test_bf16_that_shifts_both_arms_alike_may_decide_claims():
-    from smallinit.train.precision import loss_parity
+    from smallinit.train.precision_parity import loss_parity
 
     res = loss_parity(_parity_losses(0.01, 0.01), "baseline", "paper")
     assert res["decision"] == "bf16 may decide claims"
@@ -272,7 +272,7 @@ def test_bf16_that_shifts_both_arms_alike_may_decide_claims():
 
 
 def test_bf16_parity_too_noisy_to_tell_is_not_resolved():
-    from smallinit.train.precision import loss_parity
+    from smallinit.train.precision_parity import loss_parity
 
     res = loss_parity(_parity_losses(0.0, 0.0, noise=0.002, jitter=0.02), "baseline", "paper")
     assert res["gap_change"]["lo"] <= 0 <= res["gap_change"]["hi"]  # no shift found, but no power either
@@ -280,7 +280,7 @@ def test_bf16_parity_too_noisy_to_tell_is_not_resolved():
 
 
 def test_parity_needs_two_seeds_in_every_cell():
-    from smallinit.train.precision import loss_parity
+    from smallinit.train.precision_parity import loss_parity
 
     one = _parity_losses(0.0, 0.0, seeds=1)
     assert loss_parity(one, "baseline", "paper")["decision"] == "not measured"

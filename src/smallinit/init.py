@@ -22,12 +22,11 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Union
 
 import torch
 from torch import nn
 
-OverrideValue = Union[float, int, Mapping[str, float]]
+OverrideValue = float | int | Mapping[str, float]
 
 
 @dataclass
@@ -126,7 +125,8 @@ def _is_norm(module: nn.Module) -> bool:
 
 
 def _default_fan_in(module: nn.Module, pname: str, param: torch.Tensor) -> tuple[str, int | None]:
-    """Classify one direct parameter of ``module``: ("random", fan_in) | ("ones", None) | ("zeros", None) | ("skip", None)."""
+    """Classify one direct parameter of ``module``:
+    ("random", fan_in) | ("ones", None) | ("zeros", None) | ("skip", None)."""
     if hasattr(module, "fan_in_of"):
         fan_in = module.fan_in_of(pname)
         if fan_in is not None:

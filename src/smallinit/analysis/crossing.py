@@ -15,8 +15,8 @@ the annealed validation loss at budget D (tokens) of seed s. Then:
 - **the gap fit** (:func:`fit_gap_curve`): G(D) = c − a·D^(−b) on the largest ≥ 4 budgets. The asymptote c has an
   interval that joins a per-seed bootstrap and the fit's own profile interval; D* = (a/c)^(1/b) is reported only
   when that interval excludes 0 (c < 0: predicted never to cross); otherwise "these budgets cannot tell";
-- secondary: **per-arm fits** L(D) = E + B·D^(−β) (:func:`smallinit.analysis.scaling.fit_scaling_law`) and where they meet
-  (:class:`Crossing`), with a bootstrap over seeds and budgets. They decide nothing: their crossing chases the data
+- secondary: **per-arm fits** L(D) = E + B·D^(−β) (:func:`smallinit.analysis.scaling.fit_scaling_law`) and where they
+  meet (:class:`Crossing`), with a bootstrap over seeds and budgets. They decide nothing: their crossing chases the data
   (a gap that tends to 0 from below and never crosses makes them predict D* ≈ 2× the largest budget every time).
 """
 
@@ -427,7 +427,8 @@ def describe_change(a: CrossoverAnalysis) -> str:
     ch = a.gap_change
     if ch.value is None or a.gap_change_from is None:
         return "no budget at a true 4× below the judged one: closing not measured"
-    span = f"from {a.gap_change_from:.3g} to {a.budgets[a.judged]:.3g} tokens ({a.budgets[a.judged] / a.gap_change_from:.2f}×)"
+    d_judged = a.budgets[a.judged]
+    span = f"from {a.gap_change_from:.3g} to {d_judged:.3g} tokens ({d_judged / a.gap_change_from:.2f}×)"
     if ch.lo is None:
         return f"the gap changed by {ch.value:+.4f} nats {span} (one seed: no interval)"
     iv = f"{ch.value:+.4f} [{ch.lo:+.4f}, {ch.hi:+.4f}] nats {span}"

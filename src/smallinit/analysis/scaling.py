@@ -12,7 +12,8 @@ by bounded least squares. A variant of size N with loss L_v is then worth the ba
 defined only when L_v > E (the baseline law never reaches a loss at or below E).
 
 :func:`analyse` applies this to a family of runs (``smallinit scaling``); reading the run directories
-(:func:`runs_table`, :class:`RunPoint`, :func:`check_comparable`) is in :mod:`smallinit.analysis.scaling_runs`, re-exported here.
+(:func:`runs_table`, :class:`RunPoint`, :func:`check_comparable`) is in :mod:`smallinit.analysis.scaling_runs`,
+re-exported here.
 """
 
 from __future__ import annotations

@@ -173,7 +173,8 @@ class AuditReport:
         ]
         for n in self.norms:
             L.append(
-                f"| {n.name} | {n.eps:g} | {n.mean_square:.4g} | {n.saturation:.4g} | {fmt(n.eps_over_ms)} | {n.status} |"
+                f"| {n.name} | {n.eps:g} | {n.mean_square:.4g} | {n.saturation:.4g} | "
+                f"{fmt(n.eps_over_ms)} | {n.status} |"
             )
         if self.branches:
             L += [

@@ -76,7 +76,8 @@ class NormAudit:
 
 @dataclass
 class BranchAudit:
-    """One residual branch: flow = mean_t ‖F(norm(h_t))‖/‖h_t‖, update = mean_t ‖F(norm(h_t))‖, stream = mean_t ‖h_t‖."""
+    """One residual branch: flow = mean_t ‖F(norm(h_t))‖/‖h_t‖, update = mean_t ‖F(norm(h_t))‖,
+    stream = mean_t ‖h_t‖."""
 
     block: str
     branch: str

@@ -76,9 +76,8 @@ def run(args: argparse.Namespace) -> int:
         top=args.top,
     )
     s = res["setup"]
-    print(
-        f"A = {s['run_a']['path']} (step {s['run_a']['step']})  vs  B = {s['run_b']['path']} (step {s['run_b']['step']})"
-    )
+    ra, rb = s["run_a"], s["run_b"]
+    print(f"A = {ra['path']} (step {ra['step']})  vs  B = {rb['path']} (step {rb['step']})")
     if s["config_diff"]:
         print(
             "config differences (A vs B): "

@@ -156,6 +156,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         help="torch threads per run (default: the cores shared by the runs trained at once)",
     )
+    p.add_argument("--retry-failed", action="store_true", help="run again the runs that exited with an error")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
     cluster_options.add_arguments(p)
 
@@ -217,7 +218,14 @@ def run(args: argparse.Namespace) -> int:
         print_plan(spec, Path(args.out), args.threads or max(1, usable_cores() // jobs), jobs)
         return 0
     # each batch (tuning runs, trunks, branches) runs up to --jobs at a time, the cores shared among them
-    result = run_crossover(spec, args.out, workers=args.jobs or default_jobs(), threads=args.threads, launcher=launcher)
+    result = run_crossover(
+        spec,
+        args.out,
+        workers=args.jobs or default_jobs(),
+        threads=args.threads,
+        launcher=launcher,
+        retry_failed=args.retry_failed,
+    )
     for arm, a in result["analyses"].items():
         print(f"{arm} vs {spec.baseline}: {a['answer']}\n  verdict: {a['verdict']} — {a['reason']}")
     print(f"report: {Path(args.out) / 'crossover.md'}")

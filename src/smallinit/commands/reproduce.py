@@ -1,5 +1,5 @@
-"""smallinit reproduce --preset demo|cpu|cpu-long|gpu --out DIR [--corpus PREPARED_DIR] [--seeds K] [--dry-run]: a thin layer
-over :func:`smallinit.experiments.reproduce.reproduce` (presets: :mod:`smallinit.experiments.presets`)."""
+"""smallinit reproduce --preset demo|cpu|cpu-long|gpu --out DIR [--corpus PREPARED_DIR] [--seeds K] [--dry-run]:
+a thin layer over :func:`smallinit.experiments.reproduce.reproduce` (presets: :mod:`smallinit.experiments.presets`)."""
 
 from __future__ import annotations
 

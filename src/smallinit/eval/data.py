@@ -1,8 +1,8 @@
 """Reading benchmark files: JSON Lines and CSV, with errors that name the file, line and expected format.
 
 Every loader in ``smallinit.eval`` goes through these helpers so that a user with a wrong or
-missing file gets one ``DataError`` line such as
-``/data/gsm8k/test.jsonl:17: malformed JSON (Expecting ',' delimiter); expected JSON Lines with fields question, answer``.
+missing file gets one ``DataError`` line such as ``/data/gsm8k/test.jsonl:17: malformed JSON (Expecting ','
+delimiter); expected JSON Lines with fields question, answer``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 GSM8K. File ``gsm8k/test.jsonl``: JSON Lines with fields ``question`` and ``answer`` (a worked
 solution ending in ``#### <number>``). Few-shot examples come from ``gsm8k/train.jsonl`` when that
 file exists, otherwise from the test file excluding the item (drawn as in
-``multiple_choice.fewshot_indices``). A demonstration is ``"Question: {q}\\nAnswer: {solution}"``
+``mc_scoring.fewshot_indices``). A demonstration is ``"Question: {q}\\nAnswer: {solution}"``
 with the calculator annotations ``<<...>>`` removed; demonstrations and the prompt
 ``"Question: {q}\\nAnswer:"`` are joined by a blank line. Generation stops at ``"Question:"`` or a
 blank line (``"\\n\\n"``), or after ``max_gen_toks`` tokens (default 256). The prediction is
@@ -34,7 +34,7 @@ import numpy as np
 from smallinit.core.errors import DataError
 from smallinit.eval.answers import extract_gsm8k_answer, extract_math_answer, gsm8k_equal, last_boxed, math_equal
 from smallinit.eval.data import TaskResult, accuracy_stderr, read_jsonl
-from smallinit.eval.multiple_choice import fewshot_indices, fewshot_prompt
+from smallinit.eval.mc_scoring import fewshot_indices, fewshot_prompt
 
 GSM8K_FILE, GSM8K_TRAIN_FILE = "gsm8k/test.jsonl", "gsm8k/train.jsonl"
 GSM8K_FORMAT = "JSON Lines with fields question, answer (solution ending in '#### <number>')"

@@ -29,6 +29,7 @@ from smallinit.eval import generation as _gen
 from smallinit.eval import lambada as _lambada
 from smallinit.eval import multiple_choice as _mc
 from smallinit.eval.data import TaskResult
+from smallinit.eval.mc_scoring import score_mc, with_shots
 
 
 @dataclass
@@ -45,8 +46,8 @@ def _take(items: list, limit: int | None) -> list:
 
 
 def _mc_task(scorer, name: str, full: list, o: TaskOptions, pool: list | None = None) -> TaskResult:
-    items, used = _mc.with_shots(_take(full, o.limit), o.shots or 0, pool or full, exclude_self=pool is None)
-    return _mc.score_mc(scorer, name, items, used)
+    items, used = with_shots(_take(full, o.limit), o.shots or 0, pool or full, exclude_self=pool is None)
+    return score_mc(scorer, name, items, used)
 
 
 def _zero_shot_limit(o: TaskOptions) -> int | None:
@@ -70,11 +71,11 @@ def _cmmlu(scorer, data_dir: Path, o: TaskOptions) -> TaskResult:
     """All subjects scored in one call (better batching); few-shot pool = the subject's dev file."""
     items, subjects, used = [], [], 0
     for subject, (test, dev) in _mc.load_cmmlu(data_dir / _mc.CMMLU_DIR, _zero_shot_limit(o)).items():
-        shot_items, n = _mc.with_shots(_take(test, o.limit), o.shots or 0, dev or test, exclude_self=dev is None)
+        shot_items, n = with_shots(_take(test, o.limit), o.shots or 0, dev or test, exclude_self=dev is None)
         items += shot_items
         subjects += [subject] * len(shot_items)
         used = max(used, n)
-    res = _mc.score_mc(scorer, "cmmlu", items, used)
+    res = score_mc(scorer, "cmmlu", items, used)
     groups: dict[str, list[dict]] = {}
     for rec, subject in zip(res.records, subjects):
         groups.setdefault(subject, []).append(rec)

@@ -14,13 +14,14 @@ Layout of ``OUT``::
     runs/ARM/seedS/D<tokens>/      one cooldown branch per budget (an ordinary, resumable run directory)
     crossover.json  crossover.md  crossover.png
 
-Runs are ordinary run directories: a rerun skips finished ones and resumes interrupted ones.
+Runs are ordinary run directories, trained as jobs of the one job runner (:mod:`.crossover_runs`): a rerun skips
+finished ones and resumes interrupted ones; a failed one (``failed.json``) is run again only when asked
+(``retry_failed``). What a crossover refuses before it trains is in :mod:`.crossover_checks`.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import sys
@@ -33,14 +34,15 @@ from smallinit.analysis.crossing import CrossoverAnalysis, analyse_crossover
 from smallinit.config import RunConfig, load_config
 from smallinit.core.errors import ConfigError, RunDirError
 from smallinit.core.io import atomic_write_json, atomic_write_text
-from smallinit.experiments.crossover_runs import Job, execute, run_state
+from smallinit.experiments.crossover_checks import SPEC_FILE, check_data, check_output, check_reuse
+from smallinit.experiments.crossover_runs import CrossoverJob, crossover_job, execute
 from smallinit.train.schedule import wsd_decay_start
 
 DEFAULT_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
-SPEC_FILE = "crossover.spec.json"
 TUNE_SEED = 1_000_003
 """The seed of every tuning run: never a reported seed (a crossover refuses it in ``seeds``), so no reported loss is
 the winner of the selection it took part in (DESIGN.md §2, "Learning rates")."""
+RETRY = "rerun with --retry-failed to run them again; the error and log are in each run's failed.json"
 MIN_TUNE_FRACTION = 0.25
 """A tuning run is at least D/4 long (DESIGN.md §2): a rate judged on a shorter horizon favours fast starters."""
 
@@ -77,8 +79,8 @@ class CrossoverSpec:
     """Seed of the tuning runs; never one of ``seeds`` (the selection would bias that seed's losses)."""
     enough: float | None = None
     """The declared budget K in tokens per non-embedding parameter (of the baseline arm), fixed before the runs:
-    a loss claim is judged at the budget nearest K·N (:func:`smallinit.analysis.crossing.loss_claim_verdict`); None: judged
-    at the largest budget, declared as whatever that is."""
+    a loss claim is judged at the budget nearest K·N (:func:`smallinit.analysis.crossing.loss_claim_verdict`);
+    None: judged at the largest budget, declared as whatever that is."""
 
     def validate(self) -> None:
         if len(self.arms) < 2:
@@ -212,9 +214,10 @@ def _branch_config(cfg: RunConfig, b: Budget, cooldown: float) -> RunConfig:
 
 def plan_jobs(
     spec: CrossoverSpec, out: Path, lrs: dict[str, float] | None = None
-) -> tuple[list[Job], list[Job], list[Budget]]:
+) -> tuple[list[CrossoverJob], list[CrossoverJob], list[Budget]]:
     """(trunks, branches, budgets) for every arm × seed. ``lrs`` (arm → rate, from :func:`tune_learning_rates`)
-    replaces the arms' ``optim.lr``. Each run's torch threads are set when it is trained (``crossover_runs.execute``)."""
+    replaces the arms' ``optim.lr``. Each run's torch threads are set when it is trained
+    (:func:`~smallinit.experiments.crossover_runs.execute`)."""
     trunks, branches = [], []
     budgets: list[Budget] | None = None
     for arm in spec.arms:
@@ -230,19 +233,11 @@ def plan_jobs(
                 )
             budgets = b
             home = out / "runs" / arm / f"seed{seed}"
-            trunks.append(Job("trunk", arm, seed, home / "trunk", _trunk_config(cfg, b).to_dict()))
+            trunk = crossover_job("trunk", arm, seed, home / "trunk", _trunk_config(cfg, b))
+            trunks.append(trunk)
             for x in b:
-                branches.append(
-                    Job(
-                        "branch",
-                        arm,
-                        seed,
-                        home / f"D{x.tokens}",
-                        _branch_config(cfg, x, spec.cooldown).to_dict(),
-                        trunk_dir=home / "trunk",
-                        start=x.start,
-                    )
-                )
+                cooldown = _branch_config(cfg, x, spec.cooldown)
+                branches.append(crossover_job("branch", arm, seed, home / f"D{x.tokens}", cooldown, trunk, x.start))
     assert budgets is not None
     return trunks, branches, budgets
 
@@ -254,7 +249,7 @@ def _lr_name(lr: float) -> str:
     return f"lr{lr:.3g}"
 
 
-def tune_job(spec: CrossoverSpec, out: Path, arm: str, lr: float) -> Job:
+def tune_job(spec: CrossoverSpec, out: Path, arm: str, lr: float) -> CrossoverJob:
     """One tuning run: ``arm`` at rate ``lr`` and seed ``tune_seed`` (no reported seed), WSD over
     S = round(tune_fraction·D / (B·T)) steps with the cooldown fraction c — the same schedule as a cooldown branch of
     that length, trained from step 0. It is judged on ``tune_loss``: ``data.tune_batches`` validation batches that
@@ -265,7 +260,7 @@ def tune_job(spec: CrossoverSpec, out: Path, arm: str, lr: float) -> Job:
         cfg.data.tune_batches = cfg.data.val_batches
     steps = max(2, int(round(spec.tune_fraction * spec.tokens / (cfg.train.batch_size * cfg.data.seq_len))))
     c = _branch_config(cfg, Budget(steps, 0, 0), spec.cooldown)
-    return Job("tune", arm, spec.tune_seed, out / "runs" / arm / "tune" / _lr_name(lr), c.to_dict())
+    return crossover_job("tune", arm, spec.tune_seed, out / "runs" / arm / "tune" / _lr_name(lr), c)
 
 
 def _grid_step(lrs: list[float]) -> float:
@@ -308,22 +303,23 @@ def collect_tuning(spec: CrossoverSpec, out: Path) -> dict[str, dict[str, Any]]:
 
 
 def tune_learning_rates(
-    spec: CrossoverSpec, out: Path, workers: int, threads: int, log: Callable[[str], None], launcher: Any = None
+    spec: CrossoverSpec, out: Path, workers: int, threads: int, log: Callable[[str], None], launcher: Any = None, **run
 ) -> dict[str, float]:
     """Each arm's learning rate: every arm trains the same grid (``spec.lrs``) as :func:`tune_job` runs, and keeps the
     rate with the lowest ``tune_loss``. When any arm's winner is the grid's smallest (largest) value, the grid grows by
     one value a grid step below (above) *for every arm*, up to ``tune_extend`` times: the same grid and number of
     tries for every arm, so no arm gets more chances than another. Finished tuning runs are reused on a rerun.
+    ``run``: :func:`~smallinit.experiments.crossover_runs.execute`'s ``retry_failed``, ``gflops`` and ``inprocess``.
     Returns arm → rate."""
     step = _grid_step(spec.lrs)
     grid = sorted(spec.lrs)
     extended = 0
     while True:
         jobs = [tune_job(spec, out, arm, lr) for arm in spec.arms for lr in grid]
-        done = execute(jobs, workers, log, threads, launcher=launcher)
+        done = execute(jobs, workers, log, threads, launcher, **run)
         failed = [p for p, r in done.items() if r[0] == "failed"]
         if failed:
-            raise RunDirError(f"tuning run {failed[0].relative_to(out)} failed: {done[failed[0]][1]} (rerun to retry)")
+            raise RunDirError(f"tuning run {failed[0].relative_to(out)} failed: {done[failed[0]][1]} ({RETRY})")
         tuned = collect_tuning(spec, out)
         grow: set[float] = set()
         for arm in spec.arms:
@@ -342,92 +338,6 @@ def tune_learning_rates(
     return {arm: t["chosen"] for arm, t in collect_tuning(spec, out).items()}
 
 
-def check_output(out: Path, spec: CrossoverSpec, inputs: tuple[str, ...] = ()) -> None:
-    """OUT must be new, empty, or a crossover with the same base settings, which is then continued: arms and seeds
-    may be added and the budgets changed (a larger D extends the trunks; finished runs are reused), but the base
-    config, the overrides, the cooldown fraction and every earlier arm's overrides must stay as they were."""
-    from smallinit.core.outputs import check_out_dir as output_policy
-
-    if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not (out / SPEC_FILE).is_file():
-        raise RunDirError(f"--out {out} is a non-empty folder that is not a crossover; choose a new folder")
-    plan = output_policy(out, "crossover", inputs=inputs, can_continue=True, verb="crossover")
-    if plan.state == "continue":
-        p = out / SPEC_FILE
-        try:
-            old = json.loads(p.read_text())
-        except ValueError:
-            raise RunDirError(f"{p} is damaged; choose a new --out") from None
-        new = json.loads(json.dumps(spec.to_dict()))
-
-        def norm(key: str, value: Any) -> Any:
-            """Equal settings written differently compare equal: override lists as {key: parsed value} (order-free,
-            the last of a repeated key wins as when applied; model.gamma=1 is 1.0), paths (data.path, a YAML base)
-            resolved from here, the tuning grid as a sorted set of numbers."""
-            from smallinit.config import parse_value
-
-            def path(v: Any) -> Any:
-                return os.path.realpath(os.path.abspath(v)) if isinstance(v, str) and v else v
-
-            if key in ("overrides", "arm") and isinstance(value, list):
-                out = {}
-                for o in value:
-                    k, sep, v = str(o).partition("=")
-                    k, v = k.strip(), parse_value(v.strip()) if sep else None
-                    out[k] = path(v) if k.endswith(".path") else v
-                return out
-            if key == "base" and isinstance(value, str) and Path(value).suffix in (".yaml", ".yml"):
-                return path(value)
-            if key == "lrs" and isinstance(value, list):
-                try:
-                    return sorted({float(x) for x in value})
-                except (TypeError, ValueError):
-                    return value
-            return value
-
-        fixed = ("base", "overrides", "cooldown", "base_config", "lrs", "tune_fraction")
-        diff = [k for k in fixed if norm(k, old.get(k, new.get(k))) != norm(k, new.get(k))]
-        diff += [
-            f"arm {a}"
-            for a, ov in (old.get("arms") or {}).items()
-            if a in new["arms"] and norm("arm", new["arms"][a]) != norm("arm", ov)
-        ]
-        if diff:
-            raise RunDirError(
-                f"{out} holds a crossover with other settings ({', '.join(diff)} differ); choose a new "
-                "--out (arms, seeds and budgets may change; the runs' own settings may not)"
-            )
-
-
-def _check_reuse(trunks: list[Job], branches: list[Job]) -> None:
-    """Before any work: an existing trunk must be the same run (all settings but its length and kept steps), and a
-    new branch that starts at or before a trunk's last step needs the trunk's checkpoint there."""
-    from smallinit.runs.checkpoint import CKPT_SUBDIR, ckpt_dir_name
-    from smallinit.runs.rundir import config_mismatch, read_config
-
-    last: dict[Path, int] = {}
-    for t in trunks:
-        if run_state(t.run_dir) == "new":
-            continue
-        have = read_config(t.run_dir)
-        diff = {
-            k: v for k, v in config_mismatch(have, t.config).items() if k not in ("train.max_steps", "train.ckpt_steps")
-        }
-        if diff:
-            k, (a, b) = next(iter(diff.items()))
-            raise RunDirError(
-                f"{t.run_dir} was trained with other settings ({k}: {a!r} there, {b!r} now); choose a new --out"
-            )
-        last[t.run_dir] = int(have["train"]["max_steps"]) if run_state(t.run_dir) == "done" else -1
-    for b in branches:
-        end = last.get(b.trunk_dir, -1)
-        if run_state(b.run_dir) == "new" and 0 <= b.start <= end:
-            if not (b.trunk_dir / CKPT_SUBDIR / ckpt_dir_name(b.start)).is_dir():
-                raise RunDirError(
-                    f"budget {b.run_dir.name} would start from step {b.start} of {b.trunk_dir}, which "
-                    "kept no checkpoint there; choose budgets that reuse its kept steps or a new --out"
-                )
-
-
 def run_crossover(
     spec: CrossoverSpec,
     out_dir: str | os.PathLike,
@@ -436,64 +346,41 @@ def run_crossover(
     log: Callable[[str], None] | None = None,
     n_boot: int = 300,
     launcher: Any = None,
+    retry_failed: bool = False,
+    gflops: float | None = None,
+    inprocess: bool | None = None,
 ) -> dict[str, Any]:
     """Plan, train (tuning runs, trunks, then branches; ``workers`` processes at a time, each with ``threads`` torch
     threads — 0: the cores shared by the runs of each batch, see ``crossover_runs.batch_threads``), analyse and write
-    the report; returns the crossover.json content. ``launcher``: the runs are cluster jobs (experiments.launcher)."""
+    the report; returns the crossover.json content. ``launcher``: the runs are cluster jobs (experiments.launcher);
+    ``retry_failed``: runs that failed earlier are run again; ``gflops``: the throughput behind the time estimates;
+    ``inprocess``: every run in this process (default: when ``workers`` is 1)."""
     from smallinit.train.loop import RunLock
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     spec.validate()
     out = Path(out_dir)
     trunks, branches, budgets = plan_jobs(spec, out)  # config errors surface before any folder exists
-    check_output(out, spec, inputs=tuple(sorted({j.config["data"]["path"] for j in trunks})))
-    _check_data(trunks)
+    check_output(out, spec, inputs=tuple(sorted({j.config.data.path for j in trunks})))
+    check_data(trunks)
     if not spec.lrs:
-        _check_reuse(trunks, branches)
+        check_reuse(trunks, branches)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):
         atomic_write_json(out / SPEC_FILE, spec.to_dict())
+        run = {"retry_failed": retry_failed, "gflops": gflops, "inprocess": inprocess}
         if spec.lrs:
-            chosen = tune_learning_rates(spec, out, workers, threads, log, launcher)
+            chosen = tune_learning_rates(spec, out, workers, threads, log, launcher, **run)
             log("[crossover] learning rates: " + ", ".join(f"{a} {lr:.3g}" for a, lr in chosen.items()))
             trunks, branches, budgets = plan_jobs(spec, out, lrs=chosen)
-            _check_reuse(trunks, branches)
-        done = execute(trunks + branches, workers, log, threads, launcher)  # a branch starts when its trunk is done
+            check_reuse(trunks, branches)
+        done = execute(trunks + branches, workers, log, threads, launcher, **run)  # a branch follows its own trunk
         result = analyse(spec, out, budgets, n_boot=n_boot)
         write_report(result, out)
     failed = [f"{p.relative_to(out)}: {r[1]}" for p, r in done.items() if r[0] == "failed"]
     if failed:
-        raise RunDirError(f"{len(failed)} run(s) failed (rerun the same command to retry them); first: {failed[0]}")
+        raise RunDirError(f"{len(failed)} run(s) failed ({RETRY}); first: {failed[0]}")
     return result
-
-
-def _check_data(trunks: list[Job]) -> None:
-    """Every arm's data directory must be a prepared one, and all of them tokenized alike (checked before any folder
-    is made): an arm with its own ``data.path`` on another tokenizer measures its loss in other units (per BPE token
-    vs per byte), so its gap to the baseline means nothing — ``compare`` and ``scaling`` refuse such mixes too."""
-    from tokenizers import Tokenizer
-
-    from smallinit.core.errors import DataError
-    from smallinit.data import TokenData
-
-    seen: dict[str, tuple[str, str]] = {}  # canonical tokenizer -> (data path, description)
-    for path in sorted({j.config["data"]["path"] for j in trunks}):
-        d = TokenData(path)  # DataError naming the problem
-        f = d.path / d.meta["files"]["tokenizer"]
-        try:
-            key = Tokenizer.from_file(str(f)).to_str()
-        except Exception as e:  # the library raises plain Exception subclasses
-            raise DataError(f"{f}: unreadable tokenizer ({str(e).splitlines()[0][:200] if str(e) else e!r})") from None
-        kind = (d.meta.get("tokenizer") or {}).get("kind") if isinstance(d.meta.get("tokenizer"), dict) else None
-        what = f"{kind or 'a'} tokenizer of {d.vocab_size:,} tokens"
-        for other, (opath, owhat) in seen.items():
-            if other != key:
-                raise DataError(
-                    f"the arms train on data prepared with different tokenizers: {opath} ({owhat}) and "
-                    f"{path} ({what}); their losses are in different units and no gap between them means "
-                    "anything: prepare every arm's data with the same tokenizer"
-                )
-        seen.setdefault(key, (path, what))
 
 
 def collect_losses(spec: CrossoverSpec, out: Path, budgets: list[Budget]) -> dict[str, dict[int, list[float | None]]]:

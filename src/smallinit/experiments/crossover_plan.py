@@ -1,22 +1,25 @@
 """A crossover inside a reproduction: a preset's :class:`~smallinit.experiments.presets.CrossoverPlan` as a
-:class:`~smallinit.experiments.crossover.CrossoverSpec`, its estimated time, the budget D that fits some hours, and
-which of a preset's further crossovers (claims 2, 5, 10 in ``cpu-long``) fit after claim 1's.
+:class:`~smallinit.experiments.crossover.CrossoverSpec`, its estimated time and plan lines, the budget D that fits
+some hours, which of a preset's further crossovers (claims 2, 5, 10 in ``cpu-long``) fit after claim 1's, and
+training them all (:func:`run_crossovers`).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from smallinit.core.errors import ConfigError
-from smallinit.experiments.crossover import CrossoverSpec, arm_config, plan_jobs, tune_job
+from smallinit.experiments.crossover import CrossoverSpec, arm_config, plan_jobs, run_crossover, tune_job
 from smallinit.runs.rundir import read_json
 
 
 def crossover_folder(xp: Any) -> str:
-    """Where a preset's crossover lives under OUT: ``crossover`` for claim 1's, ``crossover-cK[-LABEL]`` for claim K's."""
+    """Where a preset's crossover lives under OUT: ``crossover`` for claim 1's, ``crossover-cK[-LABEL]`` for claim
+    K's."""
     return "crossover" if xp.claim == 1 else f"crossover-c{xp.claim}" + (f"-{xp.label}" if xp.label else "")
 
 
@@ -85,15 +88,15 @@ def training_seconds(spec: CrossoverSpec, gflops: float) -> tuple[list[list[floa
         batches.append([])
         for j in batch:
             c = model_cost(j.config)
-            t = j.config["train"]
-            steps = t["max_steps"] - j.start
-            tokens = steps * t["batch_size"] * j.config["data"]["seq_len"]
+            t = j.config.train
+            per_step = t.batch_size * j.config.data.seq_len
+            tokens = (t.max_steps - j.start) * per_step
             secs = c["flops_per_token"] * tokens / (gflops * 1e9)
             batches[-1].append(secs)
-            end = t["max_steps"] * t["batch_size"] * j.config["data"]["seq_len"]
-            what = f"lr {j.config['optim']['lr']:.3g}" if j.kind == "tune" else f"seed {j.seed}"
+            end = t.max_steps * per_step
+            what = f"lr {j.config.optim.lr:.3g}" if j.kind == "tune" else f"seed {j.seed}"
             lines.append(
-                f"  {j.arm:<11} {what:<8} {j.kind:<6} steps {j.start:>6}→{t['max_steps']:<6} trains "
+                f"  {j.arm:<11} {what:<8} {j.kind:<6} steps {j.start:>6}→{t.max_steps:<6} trains "
                 f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
                 f"≈ {fmt_seconds(secs)}"
             )
@@ -144,3 +147,63 @@ def choose_extras(p: Any, corpus: Path, seconds_left: float, gflops: float, jobs
             + ("fits" if fits else f"does not fit (≈ {fmt_seconds(secs - seconds_left)} more needed)")
         )
     return chosen, lines
+
+
+def describe_crossovers(p: Any, xs: CrossoverSpec, corpus: Path, gflops: float, jobs: int) -> list[str]:
+    """The plan's lines for a preset's crossovers: claim 1's (``xs``) run by run, then one line per further one;
+    times at ``gflops`` GFLOP/s, ``jobs`` runs at a time."""
+    from smallinit.experiments.cost import fmt_seconds
+
+    batches, lines = training_seconds(xs, gflops)
+    machine = sum(map(sum, batches))
+    rates = ", ".join(f"{x:g}" for x in xs.lrs)
+    head = (
+        f"crossover (claim 1; claim 7 scores its largest budget): arms {', '.join(xs.arms)}, "
+        f"{len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens, budgets D × {', '.join(f'{f:g}' for f in xs.fractions)}"
+        + (
+            f", learning rate tuned per arm over {rates} ({xs.tune_fraction:g}·D "
+            "WSD runs; the grid grows past a winning edge)"
+            if xs.lrs
+            else f", learning rate {xs.arms[xs.baseline][-1].split('=')[1]} for every arm (not tuned per arm)"
+        )
+    )
+    out = [
+        head,
+        *lines,
+        f"crossover ≈ {fmt_seconds(crossover_wall_seconds(xs, gflops, jobs))} wall-clock"
+        + (f" (≈ {machine / 3600:,.0f} device-hours)" if p.name == "gpu" else ""),
+    ]
+    for xp in p.extra_crossovers:
+        spec = spec_from_preset(p, corpus, xp)
+        t = crossover_wall_seconds(spec, gflops, jobs)
+        n = len(spec.arms) * len(spec.seeds)
+        out.append(
+            f"{crossover_folder(xp)} (claim {xp.claim}): {xp.size}, arms {', '.join(spec.arms)}, "
+            f"{len(spec.seeds)} seed(s), D = {spec.tokens:,} tokens ({n} trunks"
+            f"{f', rates tuned over {len(spec.lrs)} values' if spec.lrs else ''}) ≈ {fmt_seconds(t)}"
+        )
+    return out
+
+
+def run_crossovers(
+    p: Any,
+    xs: CrossoverSpec,
+    out: Path,
+    corpus: Path,
+    jobs: int,
+    log: Callable[[str], None],
+    launcher: Any = None,
+    retry_failed: bool = False,
+    gflops: float | None = None,
+    inprocess: bool | None = None,
+) -> None:
+    """Train and analyse a reproduction's crossovers: claim 1's (``xs``) in ``OUT/crossover``, then the preset's
+    further ones, each in its :func:`crossover_folder` (``inprocess``: every run in this process, as the preset's
+    other runs)."""
+    kw = {"workers": jobs, "log": log, "launcher": launcher, "retry_failed": retry_failed, "gflops": gflops}
+    kw["inprocess"] = inprocess
+    log(f"[reproduce] crossover: {len(xs.arms)} arms × {len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens")
+    run_crossover(xs, out / "crossover", **kw)
+    for xp in p.extra_crossovers:
+        log(f"[reproduce] {crossover_folder(xp)} (claim {xp.claim})")
+        run_crossover(spec_from_preset(p, corpus, xp), out / crossover_folder(xp), **kw)

@@ -212,7 +212,8 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
             "",
             (
                 f"Change of the gap from {ref:,.0f} to {D[j]:,} tokens ({D[j] / ref:.2f}×): "
-                f"{fmt_num(ch['value'], '+.4f')} [{fmt_num(ch['lo'], '+.4f')}, {fmt_num(ch['hi'], '+.4f')}] nats (> 0 with the "
+                f"{fmt_num(ch['value'], '+.4f')} [{fmt_num(ch['lo'], '+.4f')}, {fmt_num(ch['hi'], '+.4f')}] nats "
+                "(> 0 with the "
                 "interval above 0: closing)."
                 if ref
                 else "Change of the gap over 4× of budget: not measured (no budget at a true 4× below)."
@@ -230,7 +231,8 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
                     else ""
                 )
                 + (
-                    f"; D* ≈ {gf['D_star']:.3g} tokens [{fmt_num(gf['D_lo'], '.3g')}, {fmt_num(gf['D_hi'], '.3g') if gf['D_hi'] else '∞'}]"
+                    f"; D* ≈ {gf['D_star']:.3g} tokens [{fmt_num(gf['D_lo'], '.3g')}, "
+                    f"{fmt_num(gf['D_hi'], '.3g') if gf['D_hi'] else '∞'}]"
                     if gf.get("D_star")
                     else ""
                 )

@@ -1,11 +1,11 @@
 """Running a plan's jobs on a cluster through submitit: what ``--launcher slurm`` changes, and only that.
 
 The plan is the local path's (:class:`smallinit.experiments.job.Job` lists for ``sweep`` and ``reproduce``,
-:class:`smallinit.experiments.crossover_runs.Job` lists for ``crossover``), with the same rules for what is finished
-and what resumes; a :class:`Launcher` turns it into submitit submissions — the jobs that can start together as one
-SLURM job array — and waits for them. A submitted job calls the library function the local runner's worker calls
+:class:`smallinit.experiments.crossover_runs.CrossoverJob` lists for ``crossover``), with the same rules for what is
+finished and what resumes; a :class:`Launcher` turns it into submitit submissions — the jobs that can start together
+as one SLURM job array — and waits for them. A submitted job calls the library function the local runner's worker calls
 (:func:`smallinit.experiments.job.main` on the job's file, :func:`smallinit.experiments.crossover_runs.run_job`;
-through :func:`run_job_file` and :func:`run_crossover_job`), never the command line.
+through :mod:`smallinit.experiments.cluster_jobs`), never the command line.
 
 * Order: a crossover branch waits for its trunk (``--dependency=afterok:TRUNK`` while the trunk is in flight; with
   submitit's LocalExecutor, which has no dependencies, the branch is submitted when its trunk is done). The phases
@@ -22,7 +22,6 @@ scripts, pickles and each job's output are in ``OUT/cluster/logs/``. ``smallinit
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -34,6 +33,7 @@ from typing import Any
 
 from smallinit.core.errors import ConfigError, RunDirError
 from smallinit.core.io import atomic_write_json
+from smallinit.experiments.cluster_jobs import Submitted, checkpoint_step, last_line, run_crossover_job, run_job_file
 from smallinit.experiments.cluster_status import ACTIVE, CLUSTER_DIR, latest_jobs, local_alive, read_jobs, sacct_states
 
 EXECUTORS = ("slurm", "local")
@@ -143,96 +143,6 @@ def check_available(executor: str = "slurm") -> None:
         )
 
 
-def run_job_file(job_file: str, log_path: str) -> int:
-    """What a submitted sweep or reproduce job runs on its node: :func:`smallinit.experiments.job.main` on the job's
-    file, resuming a partial run (decided here, at start), its output appended to the job's log — as the local
-    runner's subprocess. Returns main's exit status (0 done, 2 error, 128 + the signal when stopped)."""
-    from smallinit.experiments.job import main, read_job_file
-    from smallinit.runs.rundir import run_state
-
-    job = read_job_file(job_file)
-    resume = run_state(job.run_dir) == "partial" and job.resumable
-    where = os.environ.get("SLURM_JOB_ID") or f"pid {os.getpid()}"
-    with open(log_path, "a", buffering=1) as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        print(f"\n$ cluster job {where}: {job.task} {job.name}{' --resume' if resume else ''}")
-        return main([job_file, *(["--resume"] if resume else [])])
-
-
-class RunNotFinished(Exception):
-    """Raised by :func:`run_crossover_job` for a run that did not finish ("STATE: error"): its job fails, so jobs
-    queued behind it (``afterok``: its branches) never start from a trunk that is not there."""
-
-
-def run_crossover_job(job: Any) -> tuple[str, str | None]:
-    """What a submitted crossover job runs on its node: :func:`smallinit.experiments.crossover_runs.run_job`;
-    (state, error) when its run is done, else :class:`RunNotFinished`."""
-    from smallinit.experiments.crossover_runs import run_job
-
-    state, err = run_job(job)
-    if state not in ("done", "skipped"):
-        raise RunNotFinished(f"{state}: {err}")
-    return state, err
-
-
-def checkpoint_step(run_dir: Path | None) -> int:
-    """The step of the run's last complete checkpoint (−1: none)."""
-    from smallinit.runs.checkpoint import list_checkpoints
-
-    ckpts = list_checkpoints(run_dir) if run_dir is not None else []
-    return int(ckpts[-1].name.rsplit("_", 1)[-1]) if ckpts else -1
-
-
-def _last_line(text: str) -> str:
-    return next((line.strip() for line in reversed(str(text).splitlines()) if line.strip()), "")[:300]
-
-
-@dataclass(eq=False)
-class Submitted:
-    """A job in flight: its record in jobs.json, submitit's job object (pickles, output, state) and the step of its
-    run's last checkpoint when it was submitted."""
-
-    record: dict[str, Any]
-    job: Any
-    start_step: int = -1
-
-    @property
-    def job_id(self) -> str:
-        return str(self.record["job_id"])
-
-    @property
-    def output(self) -> Path:
-        """The job's stdout (stderr goes there too)."""
-        return self.job.paths.stdout
-
-    def done(self) -> bool:
-        if self.record["executor"] == "local" and getattr(self.job, "_process", None) is None:
-            return not local_alive(self.job_id)  # a local job of an earlier process: by its pid
-        return bool(self.job.done())
-
-    def state(self) -> str:
-        """SLURM's state of the job ("" where unknown)."""
-        return sacct_states([self.job_id]).get(self.job_id, "") if self.record["executor"] == "slurm" else ""
-
-    def outcome(self) -> tuple[str, Any]:
-        """("result", what the function returned), ("error", the traceback of what it raised) or ("lost", the SLURM
-        state) for a job that ended without a result: killed, cancelled, out of time or memory."""
-        from submitit.core.utils import pickle_load
-
-        p = self.job.paths.result_pickle
-        state = "" if p.exists() else self.state() or ("UNKNOWN" if self.record["executor"] == "slurm" else "KILLED")
-        deadline = time.time() + (15 if state == "COMPLETED" else 0)  # a shared filesystem may show it late
-        while not p.exists() and time.time() < deadline:
-            time.sleep(1)
-        if not p.exists():
-            return "lost", state
-        kind, value = pickle_load(p)
-        return ("result", value) if kind == "success" else ("error", str(value))
-
-    def cancel(self) -> None:
-        with contextlib.suppress(Exception):  # scancel missing or the job gone: nothing to stop
-            self.job.cancel(check=False)
-
-
 Item = tuple[str, Any, Callable[..., Any], tuple]
 """One submission: (key in jobs.json, the run folder or None, the function, its arguments)."""
 
@@ -340,7 +250,7 @@ class Launcher:
                     jobs = [ex.submit(fn, *args) for _, _, fn, args in new]
             except Exception as e:  # noqa: BLE001 - sbatch's refusal (a bad partition, time or option) as one line
                 raise RunDirError(
-                    f"the cluster refused the {what} jobs: {_last_line(str(e)) or type(e).__name__}"
+                    f"the cluster refused the {what} jobs: {last_line(str(e)) or type(e).__name__}"
                 ) from None
             now = time.time()
             fresh = [
@@ -428,7 +338,7 @@ class Launcher:
                     rc = int(value)
                 else:
                     why = (
-                        _last_line(value) if kind == "error" else f"its job {s.job_id} ended without a result ({value})"
+                        last_line(value) if kind == "error" else f"its job {s.job_id} ended without a result ({value})"
                     )
                     with open(job.log_path, "a") as f:
                         f.write(f"error: {why}; the job's output: {s.output}\n")
@@ -446,7 +356,7 @@ class Launcher:
             m = re.search(r"RunNotFinished: (\w+): (.*)", value)
             if m:
                 return m.group(1), None if m.group(2) == "None" else m.group(2)
-            return "failed", f"{_last_line(value)} (the job's output: {s.output})"
+            return "failed", f"{last_line(value)} (the job's output: {s.output})"
         return (
             "failed" if value == "FAILED" else "interrupted",
             f"its job {s.job_id} ended without a result ({value}); its output: {s.output}",
@@ -543,20 +453,8 @@ class Launcher:
         kind, value = s.outcome()
         if kind == "result":
             return value
-        why = _last_line(value) if kind == "error" else f"it ended without a result ({value})"
+        why = last_line(value) if kind == "error" else f"it ended without a result ({value})"
         raise RunDirError(f"the {name} job {s.job_id} failed: {why}; its output: {s.output}")
 
 
-__all__ = [
-    "ClusterOptions",
-    "DEFAULT_MINUTES",
-    "Launcher",
-    "RunNotFinished",
-    "STOP_SECONDS",
-    "Submitted",
-    "check_available",
-    "checkpoint_step",
-    "parse_sbatch",
-    "run_crossover_job",
-    "run_job_file",
-]
+__all__ = ["ClusterOptions", "DEFAULT_MINUTES", "Launcher", "STOP_SECONDS", "check_available", "parse_sbatch"]

@@ -91,7 +91,8 @@ SHRINK_ARMS: dict[str, tuple[float, float, str]] = {
 class CrossoverPlan:
     """Claim 1's loss-against-budget experiment (:mod:`smallinit.experiments.crossover`) in a preset: every arm ×
     seed trains one trunk plus cooldown branches at ``fractions`` of ``tokens``; the verdict is read from the gap
-    at the largest budget (:func:`smallinit.analysis.crossing.loss_claim_verdict`). Claim 7 scores the D_max branches."""
+    at the largest budget (:func:`smallinit.analysis.crossing.loss_claim_verdict`). Claim 7 scores the D_max
+    branches."""
 
     size: str
     """A key of :attr:`Preset.sizes`: the model shape (its ``train.max_steps`` is replaced by the budgets)."""
@@ -228,7 +229,8 @@ CPU = Preset(
     description=(
         "claim 1 (and 7) from a crossover at d128 × 4 layers, T 256: 8M tokens per arm × seed, arms baseline, "
         "paper and γ-only, 2 seeds, budgets D/16 … D, each arm's rate tuned on D/4 runs of its own seed; "
-        "claims 4 and 6 on 3 seeds of short runs at one rate; the other claims on short runs (widths 64/128/256 at depth 2, 240 steps of 8×128), "
+        "claims 4 and 6 on 3 seeds of short runs at one rate; "
+        "the other claims on short runs (widths 64/128/256 at depth 2, 240 steps of 8×128), "
         "learning rate swept over 3 values per arm on tune_loss; byte-level corpus"
     ),
     claims=tuple(range(1, 12)),

@@ -107,9 +107,8 @@ class Reproduction:
                 from smallinit.experiments.crossover import plan_jobs
 
                 xcfg = copy.deepcopy(plan_jobs(xs, self.out)[0][0].config)
-                xcfg["model"]["vocab_size"] = int(
-                    (read_json(corpus / "meta.json") or {}).get("vocab_size", xcfg["model"]["vocab_size"])
-                )
+                meta = read_json(corpus / "meta.json") or {}
+                xcfg.model.vocab_size = int(meta.get("vocab_size", xcfg.model.vocab_size))
                 self.crossover_gflops = measure_gflops(xcfg, threads=default_threads(self.jobs))
                 self.log(
                     f"[reproduce] measured {self.crossover_gflops:.1f} GFLOP/s training the crossover's model in "
@@ -131,46 +130,13 @@ class Reproduction:
         xs = self.crossover_spec(self.corpus_path) if self.p.crossover else None
         if xs is None:
             return text
-        from smallinit.experiments.crossover_plan import (
-            crossover_folder,
-            crossover_wall_seconds,
-            spec_from_preset,
-            training_seconds,
-        )
+        from smallinit.experiments.crossover_plan import describe_crossovers
 
         g, jobs = self.crossover_gflops or self.gflops or 1.0, max(1, self.jobs)
-        batches, lines = training_seconds(xs, g)
-        machine = sum(map(sum, batches))
-        head = (
-            f"crossover (claim 1; claim 7 scores its largest budget): arms {', '.join(xs.arms)}, "
-            f"{len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens, budgets D × {', '.join(f'{f:g}' for f in xs.fractions)}"
-            + (
-                f", learning rate tuned per arm over {', '.join(f'{x:g}' for x in xs.lrs)} ({xs.tune_fraction:g}·D "
-                "WSD runs; the grid grows past a winning edge)"
-                if xs.lrs
-                else f", learning rate {xs.arms[xs.baseline][-1].split('=')[1]} for every arm (not tuned per arm)"
-            )
-        )
-        out = [
-            text,
-            "",
-            head,
-            *lines,
-            f"crossover ≈ {fmt_seconds(crossover_wall_seconds(xs, g, jobs))} wall-clock"
-            + (f" (≈ {machine / 3600:,.0f} device-hours)" if self.p.name == "gpu" else ""),
-        ]
-        for xp in self.p.extra_crossovers:
-            spec = spec_from_preset(self.p, self.corpus_path or Path("data"), xp)
-            t = crossover_wall_seconds(spec, g, jobs)
-            n = len(spec.arms) * len(spec.seeds)
-            out.append(
-                f"{crossover_folder(xp)} (claim {xp.claim}): {xp.size}, arms {', '.join(spec.arms)}, "
-                f"{len(spec.seeds)} seed(s), D = {spec.tokens:,} tokens ({n} trunks"
-                f"{f', rates tuned over {len(spec.lrs)} values' if spec.lrs else ''}) ≈ {fmt_seconds(t)}"
-            )
+        lines = describe_crossovers(self.p, xs, self.corpus_path or Path("data"), g, jobs)
         if self.extra_lines:
-            out += [f"further crossovers in {self.hours_used:g} hours (after claim 1's):", *self.extra_lines]
-        return "\n".join(out)
+            lines += [f"further crossovers in {self.hours_used:g} hours (after claim 1's):", *self.extra_lines]
+        return "\n".join([text, "", *lines])
 
     def crossover_spec(self, corpus: Path | None):
         """The preset's crossover as a :class:`~smallinit.experiments.crossover.CrossoverSpec` (None: none, or claim
@@ -269,21 +235,11 @@ class Reproduction:
         t1 = time.time()
         xs = self.crossover_spec(corpus)
         if xs is not None:
-            from smallinit.experiments.crossover import run_crossover
+            from smallinit.experiments.crossover_plan import run_crossovers
 
-            self.log(f"[reproduce] crossover: {len(xs.arms)} arms × {len(xs.seeds)} seed(s), D = {xs.tokens:,} tokens")
-            run_crossover(xs, self.out / "crossover", workers=self.jobs, log=self.log, launcher=launcher)
-            for xp in self.p.extra_crossovers:
-                from smallinit.experiments.crossover_plan import crossover_folder, spec_from_preset
-
-                self.log(f"[reproduce] {crossover_folder(xp)} (claim {xp.claim})")
-                run_crossover(
-                    spec_from_preset(self.p, corpus, xp),
-                    self.out / crossover_folder(xp),
-                    workers=self.jobs,
-                    log=self.log,
-                    launcher=launcher,
-                )
+            g = self.crossover_gflops or self.gflops
+            here = self.inprocess or None  # an in-process preset (tests): its crossovers too; else as the jobs say
+            run_crossovers(self.p, xs, self.out, corpus, self.jobs, self.log, launcher, self.retry_failed, g, here)
             self.timings["crossover"] = time.time() - t1
         self.log(f"[reproduce] phase 1/2: {len(plan.phase1)} runs")
         JobRunner(

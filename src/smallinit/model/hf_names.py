@@ -3,9 +3,9 @@
 listed; ``parts(cfg)`` gives their row counts.
 
 Dense blocks use Llama's names (:data:`HF_NAMES`). The attention gate (``gate`` != none) is not a separate HF tensor:
-its rows are folded into ``q_proj`` per head (Qwen3-Next's layout; :func:`smallinit.interop.hf.fold_gate`), so ``q_proj``
-there has H·(hd + g) rows. An MoE block's feed-forward uses :data:`HF_MOE_NAMES` (the names of the remote code in
-``smallinit/interop/hf_remote/modeling_smallinit.py``); the stacked expert matrices are stored transposed
+its rows are folded into ``q_proj`` per head (Qwen3-Next's layout; :func:`smallinit.interop.hf.fold_gate`), so
+``q_proj`` there has H·(hd + g) rows. An MoE block's feed-forward uses :data:`HF_MOE_NAMES` (the names of the remote
+code in ``smallinit/interop/hf_remote/modeling_smallinit.py``); the stacked expert matrices are stored transposed
 (:func:`transposed`), in nn.Linear's (out, in) layout per expert, as transformers 5's fused experts are.
 """
 

@@ -1,7 +1,7 @@
 """The decoder: token embedding → n_layers × pre-norm blocks → final norm → LM head.
 
-The model computes logits (or, given targets, the LM loss from them) and nothing else: probes, logging and parallelism attach from outside
-(forward hooks on ``blocks[i].attn_norm``, ``.attn``, ``.mlp_norm``, ``.mlp``, and
+The model computes logits (or, given targets, the LM loss from them) and nothing else: probes, logging and parallelism
+attach from outside (forward hooks on ``blocks[i].attn_norm``, ``.attn``, ``.mlp_norm``, ``.mlp``, and
 ``Attention.attention_weights`` for the attention pattern).
 """
 

@@ -411,7 +411,7 @@ def write_index(out: Path, runs: list[RunData], figures: list[tuple[str, Path]])
     ]
     nums = [summary_numbers(r) for r in runs]
     for i, (r, n) in enumerate(zip(runs, nums)):
-        rgb = "#%02x%02x%02x" % tuple(int(255 * c) for c in _color(i)[:3])
+        rgb = "#" + "".join(f"{int(255 * c):02x}" for c in _color(i)[:3])
         parts.append(
             f"<tr><td><span class='sw' style='background:{rgb}'></span>{e(r.label)}</td>"
             f"<td>{e(str(r.path))}</td>"

@@ -272,7 +272,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu", step: in
 
 
 def load_run_tokenizer(path: str | os.PathLike):
-    """The ``tokenizers.Tokenizer`` a run trained with (``RUN_DIR/tokenizer.json``, also found from a checkpoint dir)."""
+    """The ``tokenizers.Tokenizer`` a run trained with (``RUN_DIR/tokenizer.json``, also found from a checkpoint
+    dir)."""
     from tokenizers import Tokenizer
 
     p = Path(path)

@@ -242,7 +242,10 @@ def _check_checkpoints(rep: DoctorReport, rd: Path) -> list[Path]:
         elif older:
             then = f"resume will use {older[-1].name} (it skips corrupted checkpoints by itself, with a warning)"
         else:
-            then = "no good checkpoint is left: the run can only restart from scratch (delete checkpoints/ and metrics.jsonl)"
+            then = (
+                "no good checkpoint is left: the run can only restart from scratch "
+                "(delete checkpoints/ and metrics.jsonl)"
+            )
         rep.add(PROBLEM, f"checkpoint {d.name} is corrupted: {why}", f"delete it (rm -r {d}); {then}")
     if good:
         steps = ", ".join(str(_step_of(g)) for g in good)

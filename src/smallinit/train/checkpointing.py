@@ -1,8 +1,8 @@
 """The trainer's checkpoints: :func:`save` writes the current step (full state dicts, so a run resumes at any world
-size; pruning to ``train.keep_ckpts`` plus ``train.ckpt_steps`` happens in :func:`smallinit.runs.checkpoint.save_checkpoint`)
-and :func:`restore` puts a resumed run back exactly where its newest good checkpoint left it: weights, optimizer,
-RNG, step, wall time, the divergence line's start, and ``metrics.jsonl`` cut back to that step. The format is
-:mod:`smallinit.runs.checkpoint`."""
+size; pruning to ``train.keep_ckpts`` plus ``train.ckpt_steps`` happens in
+:func:`smallinit.runs.checkpoint.save_checkpoint`) and :func:`restore` puts a resumed run back exactly where its newest
+good checkpoint left it: weights, optimizer, RNG, step, wall time, the divergence line's start, and ``metrics.jsonl``
+cut back to that step. The format is :mod:`smallinit.runs.checkpoint`."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ def bins_table(res: dict) -> str:
     def row(name: str, diff: str, r: dict) -> str:
         la = "–" if r["loss_a"] is None else f"{r['loss_a']:.3f}"
         lb = "–" if r["loss_b"] is None else f"{r['loss_b']:.3f}"
-        return f"| {name} | {diff} | {r['count']} | {_ci_text(r['delta_sym'])} | {_ci_text(r['loss_gain'])} | {la} | {lb} |"
+        cis = f"{_ci_text(r['delta_sym'])} | {_ci_text(r['loss_gain'])}"
+        return f"| {name} | {diff} | {r['count']} | {cis} | {la} | {lb} |"
 
     for b in res["bins"]:
         lo, hi = b["difficulty"]

@@ -64,7 +64,8 @@ def _run_tokenizer_file(run_dir: Path, label: str) -> Path:
     p = run_dir / "tokenizer.json"
     if not p.is_file():
         raise DataError(
-            f"run {label} ({run_dir}) has no tokenizer.json, so its tokenization cannot be checked against the other run"
+            f"run {label} ({run_dir}) has no tokenizer.json, "
+            "so its tokenization cannot be checked against the other run"
         )
     return p
 
@@ -107,7 +108,8 @@ def _same_tokenizer(runs: dict[str, dict[str, Any]]) -> str:
     canon = {k: _canonical_tokenizer(_run_tokenizer_file(r["run_dir"], k)) for k, r in runs.items()}
     if canon["A"] != canon["B"]:
         raise DataError(
-            f"runs use different tokenizers (A {runs['A']['run_dir']}/tokenizer.json: {_tokenizer_summary(canon['A'])}; "
+            "runs use different tokenizers "
+            f"(A {runs['A']['run_dir']}/tokenizer.json: {_tokenizer_summary(canon['A'])}; "
             f"B {runs['B']['run_dir']}/tokenizer.json: {_tokenizer_summary(canon['B'])}): "
             "a token-level comparison needs both models to score the same tokens"
         )
@@ -141,9 +143,10 @@ def _val_data(runs: dict[str, dict[str, Any]], data_dir: str | Path | None, cano
             raise DataError(f"data directory {data_dir!r} from run B's config not found; pass it explicitly (--data)")
     td = TokenData(data_dir)
     tok_file = td.path / td.meta["files"]["tokenizer"]
-    if _canonical_tokenizer(tok_file) != canon:
+    data_canon = _canonical_tokenizer(tok_file)
+    if data_canon != canon:
         raise DataError(
-            f"{td.path} was tokenized with another tokenizer than the runs ({_tokenizer_summary(_canonical_tokenizer(tok_file))} "
+            f"{td.path} was tokenized with another tokenizer than the runs ({_tokenizer_summary(data_canon)} "
             f"vs {_tokenizer_summary(canon)}); prepare it with --tokenizer RUN/tokenizer.json"
         )
     return td

@@ -291,7 +291,8 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
                 "stable rank over the crossover's trunks",
                 None,
                 notes=[
-                    f"the trunks trained at different or unknown learning rates ({', '.join(map(str, sorted(lrs, key=str)))}):"
+                    "the trunks trained at different or unknown learning rates "
+                    f"({', '.join(map(str, sorted(lrs, key=str)))}):"
                     " condensation is compared only between arms at the same rate"
                 ],
             )

@@ -2,9 +2,9 @@
 difficulty bins. Arms: claim 1's (main size) and, for presets that cannot give a symmetric reference, a
 **reference** model from neither family (the γ = 0.5, ε = 1e-12, no-gate arm of the same size).
 
-Measured with :func:`smallinit.analysis.compare.compare_models` for **every seed s** that both arms finished (paired by seed
-number): Δ_sym = (p_A − p_B)/(p_A + p_B) per validation token of A = paper seed s vs B = baseline seed s, intervals by
-a **bootstrap over windows**, **primary bins by a reference symmetric in A and B** (DESIGN.md §2, "Token bins by an
+Measured with :func:`smallinit.analysis.compare.compare_models` for **every seed s** that both arms finished (paired by
+seed number): Δ_sym = (p_A − p_B)/(p_A + p_B) per validation token of A = paper seed s vs B = baseline seed s, intervals
+by a **bootstrap over windows**, **primary bins by a reference symmetric in A and B** (DESIGN.md §2, "Token bins by an
 independent reference"): the mean per-token loss of *another seed of each arm*, ℓ_ref = (ℓ_{A,s'} + ℓ_{B,s'})/2 with
 s' the next seed (cyclically). Why symmetric: binning by a second seed of the *baseline* alone shares the baseline's
 per-token errors (its family), so on null data — two equal families — the bins correlate with ℓ_B − ℓ_A and a trend

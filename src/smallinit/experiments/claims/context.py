@@ -198,8 +198,8 @@ class ClaimContext:
 
     # -- comparisons
     def compare(self, variant: Arm, baseline: Arm, reference: Path | None = None) -> dict[str, Any] | None:
-        """Token-level comparison of the two arms' seed-0 runs (smallinit.analysis.compare.compare_models, intervals by a
-        bootstrap over windows; ``reference``: a third run whose loss quantiles give the primary bins), cached in
+        """Token-level comparison of the two arms' seed-0 runs (smallinit.analysis.compare.compare_models, intervals by
+        a bootstrap over windows; ``reference``: a third run whose loss quantiles give the primary bins), cached in
         OUT/compare/ until a run is newer. None when a run is missing or the comparison fails."""
         ra, rb = self.runs(variant), self.runs(baseline)
         if not ra or not rb:
@@ -210,7 +210,8 @@ class ClaimContext:
         self, run_a: Path, run_b: Path, reference: Path | Sequence[Path] | None = None
     ) -> dict[str, Any] | None:
         """:meth:`compare` on two run directories (e.g. a crossover's largest-budget branches); ``reference``: one
-        run or several (bins by the mean of their per-token losses, :func:`smallinit.analysis.compare.compare_models`)."""
+        run or several (bins by the mean of their per-token losses,
+        :func:`smallinit.analysis.compare.compare_models`)."""
         ra, rb = [run_a], [run_b]
         refs = [] if reference is None else [reference] if isinstance(reference, Path) else list(reference)
         reference = (refs[0] if len(refs) == 1 else refs) if refs else None

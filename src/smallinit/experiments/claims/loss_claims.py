@@ -33,10 +33,11 @@ def judge_lower_loss(
 
 
 def from_crossover(x: dict[str, Any]) -> Verdict:
-    """Claim 1 read from a crossover (DESIGN.md §2): the verdict of :func:`smallinit.analysis.crossing.loss_claim_verdict`
-    for the paper arm against the baseline at the declared budget — supported when the seed-paired interval of
-    G = L_baseline − L_paper lies above 0, not supported below 0, inconclusive when it holds 0, "inconclusive — not
-    reached at this budget" only when the largest budget is below the declared one."""
+    """Claim 1 read from a crossover (DESIGN.md §2): the verdict of
+    :func:`smallinit.analysis.crossing.loss_claim_verdict` for the paper arm against the baseline at the declared
+    budget — supported when the seed-paired interval of G = L_baseline − L_paper lies above 0, not supported below 0,
+    inconclusive when it holds 0, "inconclusive — not reached at this budget" only when the largest budget is below
+    the declared one."""
     a = x["analyses"]["paper"]
     j = a.get("judged", len(x["budgets"]) - 1)
     g = a["gap"][j]

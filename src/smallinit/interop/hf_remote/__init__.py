@@ -1,7 +1,7 @@
 """The code a Hugging Face export carries for ``trust_remote_code=True``.
 
-``configuration_smallinit.py`` and ``modeling_smallinit.py`` in this folder are copied, byte for byte, into every
-export that ``transformers`` has no class for (gated attention, Mixture-of-Experts: :func:`smallinit.interop.hf.export_hf`),
+``configuration_smallinit.py`` and ``modeling_smallinit.py`` in this folder are copied, byte for byte, into every export
+that ``transformers`` has no class for (gated attention, Mixture-of-Experts: :func:`smallinit.interop.hf.export_hf`),
 with ``auto_map`` in its config.json pointing at them. They import only torch and transformers (and each other, by a
 relative import), never smallinit, so a folder loads where smallinit is not installed. Nothing in the package imports
 them; tests load them through ``transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)``.
