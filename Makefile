@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh clone:
 #   make demo   — the main job (reproduce --preset demo) on the built-in corpus
-#   make test   — the test suite (all of it: what CI runs)
+#   make test   — ruff (lint + format check), then the test suite (all of it: what CI runs)
+#   make lint   — ruff check and ruff format --check only; `make format` rewrites the tree in ruff's format
 #   make test-fast — the suite without the `slow` marker, with the 15 slowest tests listed (the edit loop)
 PY      ?= python3
 # where pip finds torch: empty = pip's own configuration; for the CPU build from a stock PyPI set-up,
@@ -12,7 +13,7 @@ STAMP   := $(VENV)/.installed
 DATA    := data/stdlib
 DEMO    := out/demo
 
-.PHONY: demo test test-fast install bench clean
+.PHONY: demo test test-fast lint format install bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,7 +24,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VPY) -m ruff check .
+	$(VPY) -m ruff format --check .
+
+format: $(STAMP)
+	$(VPY) -m ruff format .
+	$(VPY) -m ruff check --fix .
+
+test: lint
 	$(VPY) -m pytest -p no:cacheprovider
 
 test-fast: $(STAMP)
