@@ -1,11 +1,11 @@
 """bf16 − fp32 loss parity of the claim-1 arms (issue 31 point 2): may claim runs train in bf16?
 
-Both arms (baseline γ 0.5 / ε 1e-5 / no gate, paper γ 1 / ε 1e-12 / elementwise gate) × ``--seeds`` × {fp32, bf16}
-train the same model (default d 128 × 4, 4 heads, d_ff 384, T 256, B 16, byte-level, lr 3e-3 for both arms, the
-``tiny`` preset's schedule) to ``--tokens`` (default 4M) as one resumable sweep (``OUT/``: a normal sweep folder;
-rerun the command to resume), then :func:`smallinit.train.precision.loss_parity` judges it: per arm the seed-paired
-bf16 − fp32 difference, G under both dtypes, and whether bf16 moves G beyond seed noise. Writes ``OUT/parity.json``
-and ``OUT/parity.md`` and prints the table.
+Both arms (baseline γ 0.5 / ε 1e-5 / no gate, paper γ 1 / ε 1e-12 / elementwise gate) × ``--seeds`` × {fp32, bf16} train
+the same model (default d 128 × 4, 4 heads, d_ff 384, T 256, B 16, byte-level, lr 3e-3 for both arms, the ``tiny``
+preset's schedule) to ``--tokens`` (default 4M) as one resumable sweep (``OUT/``: a normal sweep folder; rerun the
+command to resume), then :func:`smallinit.train.precision_parity.loss_parity` judges it: per arm the seed-paired bf16 −
+fp32 difference, G under both dtypes, and whether bf16 moves G beyond seed noise. Writes ``OUT/parity.json`` and
+``OUT/parity.md`` and prints the table.
 
     python benchmarks/bf16_parity.py --data data/en-bytes --out out/bf16-parity [--seeds 3] [--tokens 4M] [--jobs 2]
     python benchmarks/bf16_parity.py ... --dry-run      # the 12 runs and their estimated time
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from smallinit.core.io import atomic_write_json, atomic_write_text
     from smallinit.experiments.sweep import parse_sweep, run_sweep
     from smallinit.runs.rundir import read_json
-    from smallinit.train.precision import loss_parity
+    from smallinit.train.precision_parity import loss_parity
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True)

@@ -70,6 +70,7 @@ def run_shape(
     shape: str, threads: int, rounds: int, per_round: int, modes: list[str], dtypes: list[str], gate: str
 ) -> list[dict]:
     torch.set_num_threads(threads)
+    torch._dynamo.reset()  # each shape compiles afresh: past dynamo's cache limit (8) a compiled variant ran eager
     cfg = config(shape, gate)
     steps, compile_s, fpt = {}, {}, 0.0
     for mode in modes:

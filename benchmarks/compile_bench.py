@@ -105,9 +105,8 @@ def main() -> None:
                         f"tok/s  speed-up ×{r['speedup']:.3f} (CPU time ×{r['speedup_cpu']:.3f})",
                         flush=True,
                     )
-    print(
-        "\n| shape | mode | cache | compile s | eager tok/s | compiled tok/s | speed-up |\n|---|---|---|---|---|---|---|"
-    )
+    print("\n| shape | mode | cache | compile s | eager tok/s | compiled tok/s | speed-up |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['shape']} | {r['mode']} | {r['cache']} | {r['compile_s']:.1f} | {r['tokens'] / r['eager_s']:.0f} | "

@@ -1,5 +1,6 @@
 """The best use of the machine's cores for many small runs at the reproduction's shape (d 128 × 4 layers, T 256,
-B 16, byte-level vocabulary as the cpu preset trains it — ``--shape d128`` for vocab 8192 —, elementwise gate, fp32): total training tokens per second of the whole machine for
+B 16, byte-level vocabulary as the cpu preset trains it — ``--shape d128`` for vocab 8192 —, elementwise gate,
+fp32): total training tokens per second of the whole machine for
 
   * ``2x1``: two processes × one thread each (what `reproduce --jobs 2` does),
   * ``1x2``: one process × two threads (one run at a time),

@@ -11,7 +11,8 @@ batch of validation tokens (32 × 128 = 4,096 by default) in eval mode and print
                onto one direction, so that no router can tell them apart
 
     python benchmarks/moe_dead_experts.py --data data/stdlib --steps 200 [--name base] [model.key=value ...]
-    python benchmarks/moe_dead_experts.py --data data/stdlib --steps 60 'model.init_overrides={"*.mlp.router.weight": 0.5}'
+    python benchmarks/moe_dead_experts.py --data data/stdlib --steps 60 \\
+        'model.init_overrides={"*.mlp.router.weight": 0.5}'
 """
 
 from __future__ import annotations

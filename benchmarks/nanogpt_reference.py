@@ -17,7 +17,9 @@ process, models with different allocation patterns share glibc's heap (a model w
 32 MB chunks), which moved a same-process A/B by up to 10% in the fifth pass of RESULTS.md.
 
     python benchmarks/nanogpt_reference.py [--shapes d384,d128,d128b] [--threads 1,2] [--rounds 7] [--json OUT]
-        [--logits-loss] (ours through full logits + cross_entropy)  [--compile]   (also time torch.compile'd models; compile time excluded, warm-up 3 steps; with --isolated each in its own process too)
+        [--logits-loss] (ours through full logits + cross_entropy)
+        [--compile]     (also time torch.compile'd models; compile time excluded, warm-up 3 steps; with --isolated
+                         each in its own process too)
         [--isolated [--steps 4] [--keep-freed-memory] [--bound]]
         [--dtype bf16]  (every model, nanoGPT and ours alike, under the same torch.autocast("cpu", dtype=torch.bfloat16)
                          around forward + loss, as the Trainer's train.dtype=bf16; MFU against the same-run bf16
@@ -182,6 +184,7 @@ def run(
     dtype: str = "fp32",
 ) -> list[dict]:
     torch.set_num_threads(threads)
+    torch._dynamo.reset()  # each shape compiles afresh (dynamo's cache limit: 8 compiles per code object)
     d, L, H, ff, T, B, V = SHAPES[shape]
     names = MODELS + BOUND_MODELS * bound + tuple(m + COMPILED for m in MODELS) * (compile_ and bool(isolated_steps))
     models = {k: build(k, shape) for k in names}  # unpatched here: the FLOP count of the model as shipped

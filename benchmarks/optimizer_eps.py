@@ -177,6 +177,11 @@ def width_where(a: float, b: float, target: float) -> float | None:
     return float(math.exp((math.log(target) - a) / b))
 
 
+def width_text(d: float | None) -> str:
+    """A :func:`width_where` result for the table."""
+    return "never (not falling)" if d is None else f"{d:.3g}"
+
+
 def run_width(args) -> dict:
     data_dir = prepare_data(args.data)
     results = []
@@ -249,8 +254,8 @@ def print_width(results: list[dict], args) -> None:
                     continue
                 b, a = fit_slope(ds, ys)
                 d10, d50 = width_where(a, b, 9 * EPS), width_where(a, b, EPS)
-                fmt = lambda x: "never (not falling)" if x is None else f"{x:.3g}"
-                print(f"| {k} | " + " | ".join(f"{y:.2g}" for y in ys) + f" | {b:.2f} | {fmt(d10)} | {fmt(d50)} |")
+                cells = f" | {b:.2f} | {width_text(d10)} | {width_text(d50)} |"
+                print(f"| {k} | " + " | ".join(f"{y:.2g}" for y in ys) + cells)
 
 
 # ---- sensitivity part ----------------------------------------------------------------------------

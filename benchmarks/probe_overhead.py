@@ -164,7 +164,8 @@ def main(argv=None) -> int:
         f"measured overhead {100 * summary['measured_overhead']:+.1f}%"
     )
     print(
-        f"  CPU time off / on      {cpu_off:8.1f} s / {cpu_on:.1f} s: CPU overhead {100 * summary['cpu_overhead']:+.1f}% "
+        f"  CPU time off / on      {cpu_off:8.1f} s / {cpu_on:.1f} s: "
+        f"CPU overhead {100 * summary['cpu_overhead']:+.1f}% "
         "(robust to other processes' load when --threads 1)"
     )
     print("  model overhead c_probe/(k·c_step): " + ", ".join(f"k={k}: {100 * v:.1f}%" for k, v in model.items()))
