@@ -374,6 +374,21 @@ def test_width_scaling_keeps_head_dim():
         scale_model_config(ModelConfig.from_preset("0.1b"), 100)
 
 
+def test_a_smallinit_width_over_the_budget_is_refused_with_its_parameter_count():
+    """The width family of a smallinit config is counted by ModelConfig.num_params (no model built): the count of
+    the model that width would build, named in the error."""
+    from smallinit.audit.targets import load_target
+    from smallinit.audit.width_family import scale_model_config
+    from smallinit.train import load_config
+
+    mcfg = load_config("tiny", []).model
+    with torch.device("meta"):
+        n = sum(p.numel() for p in Transformer(scale_model_config(mcfg, 4096), init=False).parameters())
+    with pytest.raises(ConfigError, match=f"width 4096 builds a model of {n / 1e6:,.0f}M parameters"):
+        load_target("tiny", widths=[64, 4096], max_params=2_000_000)
+    assert load_target("tiny", widths=[64, 256], max_params=2_000_000_000).width == mcfg.d_model
+
+
 def test_cli_preset_with_overrides_and_bad_input(tmp_path, capsys):
     from smallinit.cli import main
 

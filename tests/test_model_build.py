@@ -53,19 +53,66 @@ def _meta(cfg: ModelConfig) -> Transformer:
         return Transformer(cfg, init=False)
 
 
-@pytest.mark.parametrize("name", list(CONFIGS) + list(PRESETS))
-def test_counts_from_config_equal_built_model(name):
-    cfg = ModelConfig.from_dict(CONFIGS[name]) if name in CONFIGS else ModelConfig.from_preset(name)
+def _counted(model: Transformer, non_embedding: bool, active: bool) -> int:
+    """The parameter count of the built tensors, independent of ModelConfig.num_params (which Transformer.num_params
+    returns): every parameter once (a tied head is the embedding), less the embedding and an untied head
+    (``non_embedding``), less the routed experts a token does not use, (E − k) experts' gate/up/down per MoE layer
+    (``active``)."""
+    from smallinit.model.moe import MoE
+
+    n = sum(p.numel() for p in model.parameters())
+    if non_embedding:
+        n -= model.tok_emb.weight.numel()
+        if model.lm_head.weight is not model.tok_emb.weight:
+            n -= model.lm_head.weight.numel()
+    if active:
+        for b in model.blocks:
+            if isinstance(b.mlp, MoE):
+                per_expert = b.mlp.w_gate_up[0].numel() + b.mlp.w_down[0].numel()
+                n -= (b.mlp.n_experts - b.mlp.top_k) * per_expert
+    return n
+
+
+def _assert_counts_agree(cfg: ModelConfig) -> Transformer:
     model = _meta(cfg)
     for ne in (False, True):
         for active in (False, True):
-            assert cfg.num_params(non_embedding=ne, active=active) == model.num_params(non_embedding=ne, active=active)
-    # the count is of real tensors: an independent sum over the built parameters
-    assert cfg.num_params() == sum(p.numel() for p in model.parameters())
+            want = _counted(model, ne, active)
+            assert cfg.num_params(non_embedding=ne, active=active) == want, (ne, active)
+            assert model.num_params(non_embedding=ne, active=active) == want, (ne, active)
+    return model
+
+
+@pytest.mark.parametrize("name", list(CONFIGS) + list(PRESETS))
+def test_counts_from_config_equal_built_model(name):
+    cfg = ModelConfig.from_dict(CONFIGS[name]) if name in CONFIGS else ModelConfig.from_preset(name)
+    model = _assert_counts_agree(cfg)  # ModelConfig.num_params, Transformer.num_params and the tensors: one count
     n_ne = cfg.num_params(non_embedding=True, active=True)
     assert cfg.flops_per_token(8) == 6 * (n_ne + cfg.vocab_size * cfg.d_model) + 12 * cfg.n_layers * 8 * cfg.d_model
     assert model.flops_per_token(8) == cfg.flops_per_token(8)
     assert cfg.flops_per_token() == cfg.flops_per_token(cfg.max_seq_len)
+
+
+@pytest.mark.parametrize("gate", ["none", "headwise", "elementwise"])
+@pytest.mark.parametrize(
+    "moe", [None, dict(n_experts=4, top_k=1), dict(n_experts=3, top_k=2, n_shared_experts=1, d_expert=24, every=2)]
+)
+@pytest.mark.parametrize("tie", [False, True])
+def test_one_parameter_count_dense_and_moe_with_and_without_the_gate(gate, moe, tie):
+    """ModelConfig.num_params is the one definition; Transformer.num_params returns it, and both equal the count of
+    the tensors a built model holds, for every (non_embedding, active) — dense and MoE, each gate, tied or not."""
+    cfg = ModelConfig(
+        vocab_size=61,
+        d_model=32,
+        n_layers=3,
+        n_heads=4,
+        d_ff=40,
+        max_seq_len=8,
+        gate=gate,
+        tie_embeddings=tie,
+        moe=moe or {},
+    )
+    _assert_counts_agree(cfg)
 
 
 def test_config_counts_see_the_changes_that_matter():

@@ -313,6 +313,26 @@ def test_run_labels_from_config_differences():
     assert run_labels([a, a], ["x", "y"]) == ["x", "y"]
 
 
+def test_probe_callbacks_and_attach_wire_the_probe_only_when_on():
+    """The one wiring of a run's probe config to its callback: none at every = 0; one TrainingProbe with the config's
+    settings otherwise; ``attach`` appends it to a built trainer's callbacks (default: the trainer's own config)."""
+    from types import SimpleNamespace
+
+    from smallinit.config import ProbeConfig
+    from smallinit.probes.training import TrainingProbe, attach, probe_callbacks
+
+    assert probe_callbacks(ProbeConfig(every=0)) == []
+    (cb,) = probe_callbacks(ProbeConfig(every=7, batch_size=3))
+    assert isinstance(cb, TrainingProbe) and (cb.every, cb.batch_size) == (7, 3)
+    other = object()
+    off = SimpleNamespace(cfg=SimpleNamespace(probe=ProbeConfig(every=0)), callbacks=[other])
+    assert attach(off) is None and off.callbacks == [other]
+    on = SimpleNamespace(cfg=SimpleNamespace(probe=ProbeConfig(every=5)), callbacks=[other])
+    got = attach(on)
+    assert on.callbacks == [other, got] and got.every == 5
+    assert attach(off, ProbeConfig(every=2)).every == 2 and len(off.callbacks) == 2
+
+
 # ---- the callback through real runs --------------------------------------------------------------
 
 

@@ -79,13 +79,10 @@ def _smallinit_family(mcfg, whole: bool, max_params, blocks, vocab_cap) -> tuple
 
 
 def _check_smallinit_widths(mcfg, widths, whole: bool, max_params, blocks, vocab_cap) -> None:
-    from smallinit.model import Transformer
-
     use_layers, use_vocab = _smallinit_family(mcfg, whole, max_params, blocks, vocab_cap)
 
-    def count_at(w: int) -> int:
-        with torch.device("meta"):
-            return _n_params(Transformer(scale_model_config(mcfg, w, use_layers, use_vocab), init=False))
+    def count_at(w: int) -> int:  # ModelConfig.num_params: the count of the model it would build, none built
+        return scale_model_config(mcfg, w, use_layers, use_vocab).num_params()
 
     check_width_family(widths, mcfg.d_model, count_at, max_params, f"{use_layers} blocks, vocabulary {use_vocab}")
 
@@ -308,8 +305,9 @@ def load_target(
     3. a preset name or a YAML file → a smallinit config (``overrides`` = dotted ``section.key=value``), freshly
        initialized with its γ-rule; the optimizer's ε and gradient clipping come from its ``optim`` section.
 
-    ``widths`` (the width family ``audit --widths`` will rebuild): each member's size is counted on the meta device
-    first and one over ``max_params`` is a ConfigError, before any model is built (:func:`check_width_family`).
+    ``widths`` (the width family ``audit --widths`` will rebuild): each member's size is counted first (from its
+    config for a smallinit model, on the meta device for a Hugging Face one) and one over ``max_params`` is a
+    ConfigError, before any model is built (:func:`check_width_family`).
     """
     if blocks < 1:
         raise ConfigError(f"--blocks must be >= 1, got {blocks}")

@@ -29,9 +29,9 @@ def check_width_family(
     widths: Sequence[int], own: int, count_at: Callable[[int], int], max_params: int, what: str
 ) -> None:
     """Before any model is built: every width of ``--widths`` (but the audited one, ``own``) must make a model
-    (``count_at(w)`` parameters, counted on the meta device: no memory) within the ``max_params`` budget — a width
-    of 65536 used to allocate tens of GiB with no estimate first. ConfigError naming the first width that does not
-    fit (a width that is no multiple of head_dim is named by ``count_at`` itself)."""
+    (``count_at(w)`` parameters, counted with no weights: from the config or on the meta device) within the
+    ``max_params`` budget — a width of 65536 used to allocate tens of GiB with no estimate first. ConfigError naming
+    the first width that does not fit (a width that is no multiple of head_dim is named by ``count_at`` itself)."""
     for w in sorted({int(x) for x in widths}):
         if w == own:
             continue

@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from smallinit.core.errors import ConfigError, Interrupted
+    from smallinit.probes.training import attach, probe_callbacks
     from smallinit.train import load_config
     from smallinit.train.loop import Trainer
 
@@ -62,16 +63,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("give --config PRESET_OR_YAML and --out RUN_DIR (or --resume RUN_DIR)")
         cfg = load_config(args.config, args.overrides)
         _check_vocab_override(cfg, args.overrides)
-        callbacks = []
-        if cfg.probe.every:
-            from smallinit.probes.training import TrainingProbe
-
-            callbacks.append(TrainingProbe(cfg.probe))
-        trainer = Trainer(cfg, args.out, callbacks=callbacks)
-    if args.resume and trainer.cfg.probe.every:
-        from smallinit.probes.training import TrainingProbe
-
-        trainer.callbacks.append(TrainingProbe(trainer.cfg.probe))
+        trainer = Trainer(cfg, args.out, callbacks=probe_callbacks(cfg.probe))
+    if args.resume:
+        attach(trainer)
     try:
         s = trainer.run()
     except Interrupted as e:

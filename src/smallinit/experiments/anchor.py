@@ -56,7 +56,13 @@ ANSWER_KINDS = ("inferential", "first_only", "second_only", "seen_pair", "key", 
 
 @dataclass
 class AnchorConfig:
-    """Task, model and training settings of one anchor-function run."""
+    """Task, model and training settings of one anchor-function run.
+
+    Flat on purpose, not a ModelConfig and an OptimConfig: the model's vocabulary and length are the task's
+    ``vocab_size`` and ``seq_len`` and its head is untied (:func:`model_config` builds the ModelConfig from these
+    fields), and the optimizer decays every matrix, embedding and head too (OptimConfig's ``decay_embeddings`` is
+    off by default); anchor.json, result.json, a preset's ``anchor`` settings and ``smallinit anchor --set`` all
+    use these flat names."""
 
     gamma: float = 1.0
     """Initialization exponent of every weight matrix (σ = fan_in^(−γ))."""

@@ -43,25 +43,19 @@ from smallinit.core.io import atomic_write_json
 
 def train_with_probes(config, run_dir: Path) -> dict[str, Any]:
     """:func:`smallinit.train.train` with a :class:`~smallinit.probes.training.TrainingProbe` when probe.every > 0."""
+    from smallinit.probes.training import probe_callbacks
     from smallinit.train import train
 
-    callbacks = []
-    if config.probe.every:
-        from smallinit.probes.training import TrainingProbe
-
-        callbacks.append(TrainingProbe(config.probe))
-    return train(config, run_dir, callbacks=callbacks)
+    return train(config, run_dir, callbacks=probe_callbacks(config.probe))
 
 
 def resume_with_probes(run_dir: Path) -> dict[str, Any]:
     """Continue the partial run in ``run_dir`` (its own config), with the training probes when probe.every > 0."""
+    from smallinit.probes.training import attach
     from smallinit.train import Trainer
 
     trainer = Trainer(None, run_dir, resume=True)
-    if trainer.cfg.probe.every:
-        from smallinit.probes.training import TrainingProbe
-
-        trainer.callbacks.append(TrainingProbe(trainer.cfg.probe))
+    attach(trainer)
     return trainer.run()
 
 

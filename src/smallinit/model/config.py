@@ -158,7 +158,8 @@ class ModelConfig:
         return q + 2 * self.n_kv_heads * self.head_dim + gate
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
-        """Parameter count of ``Transformer(self)`` computed from the fields alone (tied weights once).
+        """Parameter count of ``Transformer(self)`` computed from the fields alone (tied weights once): the one
+        definition (``Transformer.num_params`` returns it; tests/test_model_build.py checks it against built tensors).
 
         Per block: norms 2·n_d (n_d = d for RMSNorm, 2d for LayerNorm); attention d·(q + 2kv + gate) + q·d;
         dense FFN 3·d·d_ff; MoE layer d·E (router) + 3·E·d·d_e + 3·d·(S·d_e) (S shared experts).

@@ -136,18 +136,10 @@ class MoE(nn.Module):
             self.w_gate_up.normal_(0.0, self.d_model**-0.5)
             self.w_down.normal_(0.0, self.d_expert**-0.5)
 
-    # ---- γ-rule and accounting --------------------------------------------------------------
+    # ---- γ-rule -----------------------------------------------------------------------------
     def fan_in_of(self, param_name: str) -> int | None:
         """Fan-in of each expert matrix (used by ``gamma_init``): d_model for ``w_gate_up``, d_expert for ``w_down``."""
         return {"w_gate_up": self.d_model, "w_down": self.d_expert}.get(param_name)
-
-    def params_per_expert(self) -> int:
-        """3 · d_model · d_expert (gate, up, down)."""
-        return 3 * self.d_model * self.d_expert
-
-    def inactive_params(self) -> int:
-        """Routed-expert parameters a token does not use: (E − k) · params per expert."""
-        return (self.n_experts - self.top_k) * self.params_per_expert()
 
     def matrices(self) -> dict[str, torch.Tensor]:
         """Logical weight matrices in nn.Linear layout (out_features, in_features), rows = output neurons:

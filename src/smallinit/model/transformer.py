@@ -110,18 +110,11 @@ class Transformer(nn.Module):
 
     # ---- accounting -------------------------------------------------------------------------
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
-        """Parameter count (tied weights once). ``non_embedding`` drops the token embedding and an untied
-        LM head (Kaplan's N). ``active`` counts, in MoE layers, only the experts a token uses."""
-        n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
-            n -= self.tok_emb.weight.numel()
-            if not self.config.tie_embeddings:
-                n -= self.lm_head.weight.numel()
-        if active:
-            for b in self.blocks:
-                if hasattr(b.mlp, "inactive_params"):
-                    n -= b.mlp.inactive_params()
-        return n
+        """Parameter count (tied weights once): :meth:`ModelConfig.num_params` of this model's config, the one
+        definition (``non_embedding``: without the token embedding and an untied LM head, Kaplan's N; ``active``:
+        in MoE layers only the experts a token uses). The modules built here hold exactly that many parameters
+        (tests/test_model_build.py checks the count against ``self.parameters()``)."""
+        return self.config.num_params(non_embedding=non_embedding, active=active)
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
         """Training FLOPs per token, 6·N + 12·L·T·d (see :meth:`ModelConfig.flops_per_token`)."""

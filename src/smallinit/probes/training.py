@@ -1,7 +1,8 @@
 """Training-time probes: one forward on a fixed probe batch, observed from outside through hooks.
 
     record = compute_probes(model, idx)                 # one JSON-able dict (definitions: DESIGN.md §2)
-    trainer = Trainer(cfg, run_dir, callbacks=[TrainingProbe(cfg.probe)])
+    trainer = Trainer(cfg, run_dir, callbacks=probe_callbacks(cfg.probe))  # [TrainingProbe(cfg.probe)] or []
+    attach(trainer)                                     # the same for a trainer already built (a resumed run)
 
 ``compute_probes`` attaches forward hooks to the model (pre-hooks on every norm for its input h,
 a pre-hook on every attention for (x, cos, sin) → ``Attention.attention_weights``, hooks on the
@@ -70,6 +71,7 @@ __all__ = [
     "HEATMAP_DIR",
     "PROBES_FILE",
     "TrainingProbe",
+    "attach",
     "compute_probes",
     "early_probe_steps",
     "heatmap_arrays",
@@ -78,6 +80,7 @@ __all__ = [
     "named_matrices",
     "optimizer_eps_probes",
     "probe_batch",
+    "probe_callbacks",
     "read_heatmaps",
     "read_probes",
     "save_heatmaps",
@@ -466,3 +469,18 @@ class TrainingProbe:
         finally:
             if moved:
                 model.to(home)
+
+
+def probe_callbacks(probe_config: Any) -> list[TrainingProbe]:
+    """The trainer callbacks of a run's ``probe`` config: ``[TrainingProbe(probe_config)]`` when ``every`` > 0,
+    else ``[]`` — for a new run, ``Trainer(cfg, run_dir, callbacks=probe_callbacks(cfg.probe))``."""
+    return [TrainingProbe(probe_config)] if probe_config.every > 0 else []
+
+
+def attach(trainer: Any, probe_config: Any = None) -> TrainingProbe | None:
+    """Append a :class:`TrainingProbe` to ``trainer.callbacks`` when ``probe_config.every`` > 0 (default: the
+    trainer's own ``cfg.probe`` — what a resumed run, whose config is read from its directory, needs) and return it;
+    None when probes are off. The one place a run's probe config becomes its probe callback."""
+    cbs = probe_callbacks(trainer.cfg.probe if probe_config is None else probe_config)
+    trainer.callbacks.extend(cbs)
+    return cbs[0] if cbs else None
