@@ -126,6 +126,75 @@ def test_no_module_in_src_over_500_lines():
     assert not big, big
 
 
+# ---- long functions: over 80 lines only where splitting would hurt reading (docs/layout.md lists them) ------------
+
+MAX_FUNCTION_LINES = 80
+LONG_FUNCTIONS = {  # "path under src/smallinit:qualified name": why splitting would hurt reading
+    "data/prepare.py:prepare_corpus": (
+        "a numbered recipe (1 tokenizer, 2 encode, 3 mix, 4 write, 5 meta) inside the one try block that fills a "
+        "temporary folder and installs it; each step is already one call, the rest is meta.json's fields in one place"
+    ),
+    "experiments/anchor.py:train_anchor": (
+        "a training loop read top to bottom: model, optimizer, the steps with evaluation, logging and early stop, "
+        "the result (the folder check, the data sets and the files written are apart)"
+    ),
+    "experiments/launcher.py:Launcher.execute": (
+        "one event loop over local state (waiting, in flight, results) that its three closures share: submit what "
+        "is ready, wait, settle what ended; split, that state would travel through every piece"
+    ),
+}
+
+
+def function_lengths(path: Path) -> dict[str, int]:
+    """{qualified name: lines from ``def`` to its last line} of every function and method in a file (nested
+    functions as ``outer.inner``)."""
+    out: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    out[name] = child.end_lineno - child.lineno + 1
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text(), str(path)), "")
+    return out
+
+
+def long_functions(limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """{"path under src/smallinit:qualified name": lines} of every function in src longer than ``limit`` lines."""
+    root = SRC / "smallinit"
+    return {
+        f"{f.relative_to(root).as_posix()}:{name}": n
+        for f in sorted(root.rglob("*.py"))
+        for name, n in function_lengths(f).items()
+        if n > limit
+    }
+
+
+def test_the_function_length_check_measures_def_to_last_line(tmp_path):
+    f = tmp_path / "m.py"
+    lines = ["class A:", "    def m(self):", "        def inner():", "            pass", "", "        return 1", ""]
+    f.write_text("\n".join([*lines, "", "def g():", "    x = 1", ""]))
+    assert function_lengths(f) == {"A.m": 5, "A.m.inner": 2, "g": 2}
+
+
+def test_functions_over_80_lines_are_the_listed_ones():
+    """A function over 80 lines is split into well-named pieces, or listed in LONG_FUNCTIONS with the reason a split
+    would hurt reading (and in docs/layout.md)."""
+    found = long_functions()
+    new = {k: n for k, n in found.items() if k not in LONG_FUNCTIONS}
+    gone = sorted(k for k in LONG_FUNCTIONS if k not in found)
+    assert not new, f"functions over {MAX_FUNCTION_LINES} lines: {new} — split them, or list them with the reason"
+    assert not gone, f"listed in LONG_FUNCTIONS but no longer over {MAX_FUNCTION_LINES} lines: {gone}"
+    assert all(why.strip() for why in LONG_FUNCTIONS.values())
+    layout = (SRC.parent / "docs" / "layout.md").read_text()
+    assert not [k for k in LONG_FUNCTIONS if k not in layout], "docs/layout.md names every one"
+
+
 # ---- layers: each package imports only from its own layer and the ones below it -----------------------------------
 
 LAYERS = (  # bottom first; a module belongs to the layer of the longest prefix that names it

@@ -272,53 +272,15 @@ def analyse_crossover(
     non-embedding parameter; needs ``non_embedding_params``); None: judged at the largest budget. ``noise_floor``
     (nats) is the seed-noise floor that a one-seed gap must exceed (:func:`loss_claim_verdict`).
     """
-    D = np.asarray(budgets, dtype=np.float64)
-    if D.ndim != 1 or D.size < 1 or (D <= 0).any() or (np.diff(D) <= 0).any():
-        raise ValueError(f"budgets must be increasing positive token counts, got {list(budgets)}")
-    for arm in (baseline, variant):
-        if arm not in losses:
-            raise ValueError(f"no losses for arm {arm!r} (have: {', '.join(losses)})")
-    if enough_tokens_per_param is not None and not non_embedding_params:
-        raise ValueError("a declared budget in tokens per parameter needs non_embedding_params")
-    seeds = sorted(set(losses[baseline]) & set(losses[variant]))
-    if not seeds:
-        raise ValueError(f"arms {baseline!r} and {variant!r} share no seed: nothing to pair")
+    D, seeds = _budgets_and_seeds(budgets, losses, baseline, variant, non_embedding_params, enough_tokens_per_param)
     base = {s: list(losses[baseline][s]) for s in seeds}
     var = {s: list(losses[variant][s]) for s in seeds}
-
-    def diffs(j: int) -> list[float]:
-        return [base[s][j] - var[s][j] for s in seeds if base[s][j] is not None and var[s][j] is not None]
-
-    gap = [paired_t_interval(diffs(j)) for j in range(D.size)]
+    gap = [paired_t_interval(_paired_diffs(base, var, seeds, j)) for j in range(D.size)]
     declared = enough_tokens_per_param * non_embedding_params if enough_tokens_per_param else None
     j, reached = judged_budget(D, declared)
     change, ref = gap_change(D, base, var, seeds, j)
     gap_fit = fit_gap_curve(D, base, var, seeds, upto=j, n_boot=n_boot)
-
-    fb, fv = _fit(D, _mean_curve(base, seeds)), _fit(D, _mean_curve(var, seeds))
-    notes: list[str] = []
-    if fb is None or fv is None:
-        crossing = Crossing("no fit", None, None, None, False, horizon * float(D[-1]))
-        notes.append("L(D) fits need ≥ 3 budgets with losses in both arms")
-    else:
-        status, d_star = fitted_crossing(fb, fv, float(D[0]), float(D[-1]), horizon)
-        samples, share = bootstrap_crossing(D, base, var, seeds, n_boot=n_boot, horizon=horizon)
-        lo = hi = None
-        if samples.size:
-            lo, hi = (float(q) for q in np.quantile(samples, [0.025, 0.975], method="inverted_cdf"))
-        extrap = d_star is not None and d_star > EXTRAPOLATION * float(D[-1])
-        crossing = Crossing(
-            status,
-            d_star,
-            lo,
-            None if hi is None or not math.isfinite(hi) else hi,
-            extrap,
-            horizon * float(D[-1]),
-            share,
-            degenerate_fit({baseline: fb, variant: fv}),
-        )
-        if fb.n_sizes == 3 or fv.n_sizes == 3:
-            notes.append("3 budgets: each fit passes through its points (no check of the functional form)")
+    fb, fv, crossing, notes = _arm_fits(D, base, var, seeds, (baseline, variant), n_boot, horizon)
     fits = {baseline: fb.to_dict() if fb else None, variant: fv.to_dict() if fv else None}
     tpp = [float(d) / non_embedding_params for d in D] if non_embedding_params else None
     where = (
@@ -332,7 +294,7 @@ def analyse_crossover(
         noise_floor,
         reached=reached,
         where=where,
-        seeds_needed=seeds_to_resolve(diffs(j)),
+        seeds_needed=seeds_to_resolve(_paired_diffs(base, var, seeds, j)),
         declared=declared is not None,
     )
     a = CrossoverAnalysis(
@@ -358,6 +320,72 @@ def analyse_crossover(
     )
     a.answer = one_line_answer(a, non_embedding_params)
     return a
+
+
+def _budgets_and_seeds(
+    budgets: Sequence[float],
+    losses: dict[str, dict[int, Sequence[float | None]]],
+    baseline: str,
+    variant: str,
+    non_embedding_params: float | None,
+    enough_tokens_per_param: float | None,
+) -> tuple[np.ndarray, list[int]]:
+    """(the budgets as an array, the seeds both arms have) after checking the arguments of
+    :func:`analyse_crossover` (ValueError when they cannot be analysed)."""
+    D = np.asarray(budgets, dtype=np.float64)
+    if D.ndim != 1 or D.size < 1 or (D <= 0).any() or (np.diff(D) <= 0).any():
+        raise ValueError(f"budgets must be increasing positive token counts, got {list(budgets)}")
+    for arm in (baseline, variant):
+        if arm not in losses:
+            raise ValueError(f"no losses for arm {arm!r} (have: {', '.join(losses)})")
+    if enough_tokens_per_param is not None and not non_embedding_params:
+        raise ValueError("a declared budget in tokens per parameter needs non_embedding_params")
+    seeds = sorted(set(losses[baseline]) & set(losses[variant]))
+    if not seeds:
+        raise ValueError(f"arms {baseline!r} and {variant!r} share no seed: nothing to pair")
+    return D, seeds
+
+
+def _paired_diffs(base: dict[int, list], var: dict[int, list], seeds: Sequence[int], j: int) -> list[float]:
+    """L_baseline,s − L_variant,s at budget ``j`` for every seed with both losses."""
+    return [base[s][j] - var[s][j] for s in seeds if base[s][j] is not None and var[s][j] is not None]
+
+
+def _arm_fits(
+    D: np.ndarray,
+    base: dict[int, list],
+    var: dict[int, list],
+    seeds: Sequence[int],
+    names: tuple[str, str],
+    n_boot: int,
+    horizon: float,
+) -> tuple[ScalingFit | None, ScalingFit | None, Crossing, list[str]]:
+    """(baseline fit, variant fit, where they cross, notes): the secondary per-arm fits L(D) = E + B·D^(−β) of the
+    seed-mean curves and their crossing with its bootstrap interval ("no fit" when either fit fails)."""
+    fb, fv = _fit(D, _mean_curve(base, seeds)), _fit(D, _mean_curve(var, seeds))
+    notes: list[str] = []
+    if fb is None or fv is None:
+        notes.append("L(D) fits need ≥ 3 budgets with losses in both arms")
+        return fb, fv, Crossing("no fit", None, None, None, False, horizon * float(D[-1])), notes
+    status, d_star = fitted_crossing(fb, fv, float(D[0]), float(D[-1]), horizon)
+    samples, share = bootstrap_crossing(D, base, var, seeds, n_boot=n_boot, horizon=horizon)
+    lo = hi = None
+    if samples.size:
+        lo, hi = (float(q) for q in np.quantile(samples, [0.025, 0.975], method="inverted_cdf"))
+    extrap = d_star is not None and d_star > EXTRAPOLATION * float(D[-1])
+    crossing = Crossing(
+        status,
+        d_star,
+        lo,
+        None if hi is None or not math.isfinite(hi) else hi,
+        extrap,
+        horizon * float(D[-1]),
+        share,
+        degenerate_fit({names[0]: fb, names[1]: fv}),
+    )
+    if fb.n_sizes == 3 or fv.n_sizes == 3:
+        notes.append("3 budgets: each fit passes through its points (no check of the functional form)")
+    return fb, fv, crossing, notes
 
 
 def loss_claim_verdict(

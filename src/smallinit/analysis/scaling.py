@@ -300,32 +300,10 @@ def analyse(points: list, key: str, value: Any, label_keys: list[str] | None = N
     Raises ConfigError when a run lacks ``key``; ScalingError when no run is a baseline or the baseline
     family has fewer than 3 distinct sizes with a finite loss.
     """
-    from smallinit.core.errors import ConfigError
-    from smallinit.runs.rundir import compared_diff
-
     label_keys = label_keys or [key]
     notes: list[str] = check_comparable(points)
     excluded: list[dict] = []
-    base, var = [], []
-    seen = []
-    for p in points:
-        try:
-            v = config_value(p.config, key)
-        except KeyError:
-            raise ConfigError(f"{p.run}: config has no key {key!r} (check the --baseline field name)") from None
-        seen.append(v)
-        if p.note:
-            notes.append(f"{p.run}: {p.note}")
-        if p.loss is None or not math.isfinite(p.loss):
-            excluded.append({"run": p.run, "reason": "no finite validation loss (diverged or never evaluated)"})
-            continue
-        (base if values_equal(v, value) else var).append(p)
-    for k in label_keys:  # a misspelt --label would name every variant "k=?"
-        if not any(_has_key(p.config, k) for p in points):
-            raise ConfigError(f"--label {k}: no run's config has that key (a config field such as model.gamma)")
-    if not base:
-        shown = ", ".join(sorted({repr(s) for s in seen}))
-        raise ScalingError(f"no run with a finite loss has {key} == {value!r} (values seen: {shown})")
+    base, var = _split_baseline(points, key, value, label_keys, notes, excluded)
     try:
         fit = fit_scaling_law([p.N for p in base], [p.loss for p in base])
     except ScalingError as e:
@@ -335,53 +313,8 @@ def analyse(points: list, key: str, value: Any, label_keys: list[str] | None = N
             "the baseline has exactly 3 sizes: the 3-parameter law passes through them, so the residuals "
             "cannot test its form"
         )
-
-    def label(p) -> str:
-        parts = []
-        for k in label_keys:
-            try:
-                parts.append(f"{k}={config_value(p.config, k)!r}")
-            except KeyError:
-                parts.append(f"{k}=?")
-        return ", ".join(parts)
-
-    def differs(p) -> dict[str, list[Any]] | None:
-        same = [b for b in base if b.N == p.N]
-        if not same:
-            return None
-        return {k: [a, b] for k, (a, b) in compared_diff(p.config, same[0].config).items()}
-
-    variants = []
-    for p in var:
-        es = effective_size(fit, p.N, p.loss)
-        row = {
-            "run": p.run,
-            "label": label(p),
-            "N": p.N,
-            "loss": p.loss,
-            "baseline_loss_at_N": predict(fit, p.N),
-            "N_eff": es.N_eff,
-            "gain": es.gain,
-            "extrapolated": es.extrapolated,
-            "note": es.note,
-            "step": p.step,
-            "completed": p.completed,
-            "differs_from_baseline": differs(p),
-        }
-        variants.append(row)
-        if es.gain is None:
-            notes.append(f"{p.run}: {es.note}")
-    groups: dict[str, dict] = {}
-    for v in variants:
-        g = groups.setdefault(v["label"], {"runs": [], "gains": []})
-        g["runs"].append(v["run"])
-        g["gains"].append(v["gain"])
-    for g in groups.values():
-        defined = [x for x in g["gains"] if x is not None]
-        g["mean_gain"] = sum(defined) / len(defined) if defined and len(defined) == len(g["gains"]) else None
-        if defined and len(defined) < len(g["gains"]):
-            g["note"] = "some runs of this group have no defined gain (loss at or below E): no mean is given"
-
+    variants = [_variant_row(p, fit, base, label_keys) for p in var]
+    notes += [f"{v['run']}: {v['note']}" for v in variants if v["gain"] is None]
     residuals = dict(zip([p.run for p in base], fit.residuals))
     return {
         "formula": "L(N) = E + A * N^(-alpha); N_eff = (A / (L_v - E))^(1/alpha); gain = N_eff / N - 1",
@@ -404,10 +337,86 @@ def analyse(points: list, key: str, value: Any, label_keys: list[str] | None = N
         },
         "fit": fit.to_dict(),
         "variants": variants,
-        "groups": groups,
+        "groups": _group_gains(variants),
         "excluded": excluded,
         "notes": notes,
     }
+
+
+def _split_baseline(
+    points: list, key: str, value: Any, label_keys: list[str], notes: list[str], excluded: list[dict]
+) -> tuple[list, list]:
+    """(baseline runs, variant runs) among the points with a finite loss; the others go to ``excluded``, the
+    points' own notes to ``notes``. Raises as :func:`analyse` says, and for a ``label_keys`` entry no run has."""
+    from smallinit.core.errors import ConfigError
+
+    base, var = [], []
+    seen = []
+    for p in points:
+        try:
+            v = config_value(p.config, key)
+        except KeyError:
+            raise ConfigError(f"{p.run}: config has no key {key!r} (check the --baseline field name)") from None
+        seen.append(v)
+        if p.note:
+            notes.append(f"{p.run}: {p.note}")
+        if p.loss is None or not math.isfinite(p.loss):
+            excluded.append({"run": p.run, "reason": "no finite validation loss (diverged or never evaluated)"})
+            continue
+        (base if values_equal(v, value) else var).append(p)
+    for k in label_keys:  # a misspelt --label would name every variant "k=?"
+        if not any(_has_key(p.config, k) for p in points):
+            raise ConfigError(f"--label {k}: no run's config has that key (a config field such as model.gamma)")
+    if not base:
+        shown = ", ".join(sorted({repr(s) for s in seen}))
+        raise ScalingError(f"no run with a finite loss has {key} == {value!r} (values seen: {shown})")
+    return base, var
+
+
+def _variant_row(p, fit: ScalingFit, base: list, label_keys: list[str]) -> dict:
+    """One variant run against the baseline law: its effective size and gain, its group label, and how its config
+    differs from the baseline run of its size."""
+    from smallinit.runs.rundir import compared_diff
+
+    parts = []
+    for k in label_keys:
+        try:
+            parts.append(f"{k}={config_value(p.config, k)!r}")
+        except KeyError:
+            parts.append(f"{k}=?")
+    same = [b for b in base if b.N == p.N]
+    es = effective_size(fit, p.N, p.loss)
+    return {
+        "run": p.run,
+        "label": ", ".join(parts),
+        "N": p.N,
+        "loss": p.loss,
+        "baseline_loss_at_N": predict(fit, p.N),
+        "N_eff": es.N_eff,
+        "gain": es.gain,
+        "extrapolated": es.extrapolated,
+        "note": es.note,
+        "step": p.step,
+        "completed": p.completed,
+        "differs_from_baseline": (
+            {k: [a, b] for k, (a, b) in compared_diff(p.config, same[0].config).items()} if same else None
+        ),
+    }
+
+
+def _group_gains(variants: list[dict]) -> dict[str, dict]:
+    """{label: its runs, their gains, the mean gain (None unless every run has one)}."""
+    groups: dict[str, dict] = {}
+    for v in variants:
+        g = groups.setdefault(v["label"], {"runs": [], "gains": []})
+        g["runs"].append(v["run"])
+        g["gains"].append(v["gain"])
+    for g in groups.values():
+        defined = [x for x in g["gains"] if x is not None]
+        g["mean_gain"] = sum(defined) / len(defined) if defined and len(defined) == len(g["gains"]) else None
+        if defined and len(defined) < len(g["gains"]):
+            g["note"] = "some runs of this group have no defined gain (loss at or below E): no mean is given"
+    return groups
 
 
 def report_text(res: dict) -> str:

@@ -301,7 +301,6 @@ def train_anchor(
     """Train one model on the anchor task and evaluate it (see the module docstring). Returns the result
     dict (also written to ``out_dir/result.json`` when given)."""
     from smallinit.config import OptimConfig
-    from smallinit.core.io import atomic_write_json
     from smallinit.train.host import prepare_cpu_process, restore_cpu_process
     from smallinit.train.schedule import lr_at
 
@@ -309,38 +308,14 @@ def train_anchor(
     log = log or (lambda s: None)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
-        from smallinit.core.outputs import check_out_dir
-
-        check_out_dir(out, "anchor", can_continue=True, verb="anchor")
-        before, now = read_json(out / "anchor.json"), json.loads(json.dumps(cfg.to_dict()))  # tuples as JSON lists
-        defaults = json.loads(json.dumps(AnchorConfig().to_dict()))  # a field added since compares at its default
-        diff = sorted(
-            k
-            for k in set(before or {}) | set(now)
-            if k != "threads" and (before or {}).get(k, defaults.get(k)) != now.get(k)
-        )
-        if before is not None and diff:  # threads are not part of the run (a resumed reproduction may use others)
-            raise ConfigError(
-                f"{out} holds an anchor run with another config ({', '.join(diff[:4])} differ); choose another --out"
-            )
-        out.mkdir(parents=True, exist_ok=True)
-        for f in ("metrics.jsonl", "result.json", "summary.json"):
-            (out / f).unlink(missing_ok=True)  # an interrupted earlier attempt: start over
-        atomic_write_json(out / "anchor.json", cfg.to_dict())
+        _start_out_dir(out, cfg)
     old_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     settings = prepare_cpu_process()  # train/host.py: reused buffers, denormals flushed to zero
     t_start = time.time()
     try:
-        trained = train_pairs(cfg.held_out)
-        g = torch.Generator().manual_seed(1_000_003 * cfg.seed + 17)
-        train = make_data(cfg.n_train, trained, cfg, g)
-        sets = {
-            "tune": make_data(cfg.n_test, trained, cfg, g),
-            "test": make_data(cfg.n_test, trained, cfg, g),
-            "heldout": make_data(cfg.n_test, [tuple(p) for p in cfg.held_out], cfg, g),
-        }
+        trained, train, sets = _datasets(cfg)
         torch.manual_seed(cfg.seed)
         model = build_model(cfg)
         decay = [p for p in model.parameters() if p.ndim >= 2]
@@ -412,22 +387,69 @@ def train_anchor(
             "wall_time": time.time() - t_start,
         }
         if out is not None:
-            atomic_write_json(out / "result.json", result)
-            atomic_write_json(
-                out / "summary.json",
-                {
-                    "completed": True,
-                    "step": steps_run,
-                    "final_val_loss": final["val_loss"],
-                    "heldout_acc": final["heldout_acc"],
-                    "in_acc": final["in_acc"],
-                    "wall_time": result["wall_time"],
-                },
-            )
+            _write_result(out, result)
         return result
     finally:
         torch.set_num_threads(old_threads)
         restore_cpu_process(settings)  # the caller's thread gets IEEE subnormals back
+
+
+def _start_out_dir(out: Path, cfg: AnchorConfig) -> None:
+    """Make ``out`` ready for the run of ``cfg``: the output-folder policy; a folder holding an anchor run of
+    another config refused (ConfigError; ``threads`` does not count, a field added since compares at its default);
+    the files of an interrupted earlier attempt removed; ``anchor.json`` written."""
+    from smallinit.core.io import atomic_write_json
+    from smallinit.core.outputs import check_out_dir
+
+    check_out_dir(out, "anchor", can_continue=True, verb="anchor")
+    before, now = read_json(out / "anchor.json"), json.loads(json.dumps(cfg.to_dict()))  # tuples as JSON lists
+    defaults = json.loads(json.dumps(AnchorConfig().to_dict()))  # a field added since compares at its default
+    diff = sorted(
+        k
+        for k in set(before or {}) | set(now)
+        if k != "threads" and (before or {}).get(k, defaults.get(k)) != now.get(k)
+    )
+    if before is not None and diff:  # threads are not part of the run (a resumed reproduction may use others)
+        raise ConfigError(
+            f"{out} holds an anchor run with another config ({', '.join(diff[:4])} differ); choose another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ("metrics.jsonl", "result.json", "summary.json"):
+        (out / f).unlink(missing_ok=True)  # an interrupted earlier attempt: start over
+    atomic_write_json(out / "anchor.json", cfg.to_dict())
+
+
+def _datasets(cfg: AnchorConfig) -> tuple[list[tuple[int, int]], AnchorData, dict[str, AnchorData]]:
+    """(trained pairs, training set, {"tune", "test", "heldout"} sets), drawn in this order from one generator
+    seeded by ``cfg.seed``."""
+    trained = train_pairs(cfg.held_out)
+    g = torch.Generator().manual_seed(1_000_003 * cfg.seed + 17)
+    train = make_data(cfg.n_train, trained, cfg, g)
+    sets = {
+        "tune": make_data(cfg.n_test, trained, cfg, g),
+        "test": make_data(cfg.n_test, trained, cfg, g),
+        "heldout": make_data(cfg.n_test, [tuple(p) for p in cfg.held_out], cfg, g),
+    }
+    return trained, train, sets
+
+
+def _write_result(out: Path, result: dict[str, Any]) -> None:
+    """``result.json`` and then ``summary.json`` (``completed: true``), which marks the run finished."""
+    from smallinit.core.io import atomic_write_json
+
+    final = result["final"]
+    atomic_write_json(out / "result.json", result)
+    atomic_write_json(
+        out / "summary.json",
+        {
+            "completed": True,
+            "step": result["steps_run"],
+            "final_val_loss": final["val_loss"],
+            "heldout_acc": final["heldout_acc"],
+            "in_acc": final["in_acc"],
+            "wall_time": result["wall_time"],
+        },
+    )
 
 
 def _record(step: int, loss: float | None, lr: float, ev: dict[str, Any], t0: float) -> dict[str, Any]:

@@ -135,10 +135,21 @@ def tuning_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str:
     """The report: one-line answers first, then L(D) per arm, G(D) per arm with intervals, the fits and verdicts."""
+    lines = _overview_lines(result)
+    if result.get("tuning"):
+        lines += _tuning_lines(result)
+    if figure:
+        lines += [f"![L(D) and G(D)]({figure})", ""]
+    lines += _loss_table_lines(result)
+    for arm, a in result["analyses"].items():
+        lines += _gap_section_lines(result, arm, a)
+    return "\n".join(lines) + "\n"
+
+
+def _overview_lines(result: dict[str, Any]) -> list[str]:
+    """The answers and verdicts, the arms with their overrides, how a budget's loss is made, the learning rates."""
     spec = result["spec"]
     base = spec["baseline"]
-    D = [b["tokens"] for b in result["budgets"]]
-    tpp = result["tokens_per_param"]
     lines = ["# Crossover: loss against training budget", ""]
     for arm, a in result["analyses"].items():
         lines.append(f"- **{arm} vs {base}**: {a['answer']}. Verdict: **{a['verdict']}** — {a['reason']}.")
@@ -157,21 +168,28 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
         f"tokens per parameter use {result['non_embedding_params']:,} non-embedding parameters.",
         "",
     ]
-    lines += [f"The {lr_words(result)}.", ""]
-    if result.get("tuning"):
-        cols, rows = tuning_rows(result)
-        lines += [
-            "## Learning rate per arm (final tune_loss of each tuning run)",
-            "",
-            "| " + " | ".join(cols) + " |",
-            "|" + "---|" * len(cols),
-            *["| " + " | ".join(r) + " |" for r in rows],
-            "",
-        ]
-    if figure:
-        lines += [f"![L(D) and G(D)]({figure})", ""]
+    return lines + [f"The {lr_words(result)}.", ""]
+
+
+def _tuning_lines(result: dict[str, Any]) -> list[str]:
+    """The table of the tuning runs (:func:`tuning_rows`) under its heading."""
+    cols, rows = tuning_rows(result)
+    return [
+        "## Learning rate per arm (final tune_loss of each tuning run)",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
+        *["| " + " | ".join(r) + " |" for r in rows],
+        "",
+    ]
+
+
+def _loss_table_lines(result: dict[str, Any]) -> list[str]:
+    """L(D): one row per budget, one column per arm (the seed mean, each seed in brackets)."""
+    D = [b["tokens"] for b in result["budgets"]]
+    tpp = result["tokens_per_param"]
     arms = list(result["losses"])
-    lines += [
+    lines = [
         "## L(D): annealed validation loss (seed mean; seeds in brackets)",
         "",
         "| D (tokens) | tokens/param | " + " | ".join(arms) + " |",
@@ -185,90 +203,115 @@ def crossover_markdown(result: dict[str, Any], figure: str | None = None) -> str
             mean = sum(ok) / len(ok) if ok else None
             cells.append(f"{fmt_num(mean)} [{', '.join(fmt_num(v) for v in vals)}]" if len(vals) > 1 else fmt_num(mean))
         lines.append(f"| {d:,} | {tpp[j]:.3g} | " + " | ".join(cells) + " |")
-    for arm, a in result["analyses"].items():
+    return lines
+
+
+def _gap_section_lines(result: dict[str, Any], arm: str, a: dict[str, Any]) -> list[str]:
+    """One arm's section: G(D) per budget, the declared budget, the change of the gap, the gap fit, the per-arm
+    fits, the crossing and the notes."""
+    base = result["spec"]["baseline"]
+    D = [b["tokens"] for b in result["budgets"]]
+    lines = [
+        "",
+        f"## G(D) = L({base}) − L({arm})  (> 0: {arm} ahead)",
+        "",
+        "| D (tokens) | G (nats) | 95% interval | interval |",
+        "|---|---|---|---|",
+    ]
+    for d, g in zip(D, a["gap"]):
+        lines.append(
+            f"| {d:,} | {fmt_num(g['value'], '+.4f')} | [{fmt_num(g['lo'], '+.4f')}, {fmt_num(g['hi'], '+.4f')}] | "
+            f"{g['method']} |"
+        )
+    lines += _judged_lines(D, a)
+    if a.get("gap_fit"):
+        lines += ["", _gap_fit_line(a["gap_fit"])]
+    lines += _fit_table_lines(a, (base, arm))
+    lines += ["", _crossing_line(a["crossing"])]
+    for n in a.get("notes") or []:
+        lines.append(f"- note: {n}")
+    return lines
+
+
+def _judged_lines(D: list[int], a: dict[str, Any]) -> list[str]:
+    """Where the verdict is read (the declared budget, when there is one) and the change of the gap up to it."""
+    ch, j = a["gap_change"], a.get("judged", len(D) - 1)
+    lines = []
+    if a.get("declared_tokens"):
         lines += [
             "",
-            f"## G(D) = L({base}) − L({arm})  (> 0: {arm} ahead)",
-            "",
-            "| D (tokens) | G (nats) | 95% interval | interval |",
-            "|---|---|---|---|",
+            f"Declared budget: {a['declared_tokens_per_param']:g} tokens/param = "
+            f"{a['declared_tokens']:,.0f} tokens; judged at D = {D[j]:,}"
+            + ("" if a.get("reached", True) else " (the largest budget: the declared one was not reached)")
+            + ".",
         ]
-        for d, g in zip(D, a["gap"]):
+    ref = a.get("gap_change_from")
+    return lines + [
+        "",
+        (
+            f"Change of the gap from {ref:,.0f} to {D[j]:,} tokens ({D[j] / ref:.2f}×): "
+            f"{fmt_num(ch['value'], '+.4f')} [{fmt_num(ch['lo'], '+.4f')}, {fmt_num(ch['hi'], '+.4f')}] nats "
+            "(> 0 with the "
+            "interval above 0: closing)."
+            if ref
+            else "Change of the gap over 4× of budget: not measured (no budget at a true 4× below)."
+        ),
+    ]
+
+
+def _gap_fit_line(gf: dict[str, Any]) -> str:
+    """The gap fit G(D) = c − a·D^(−b): its status, c with its interval, b, the residual, and D* when given."""
+    return (
+        f"Gap fit G(D) = c − a·D^(−b) ({gf['method']}): **{gf['status']}**"
+        + (
+            f"; c = {gf['c']:+.4f} [{gf['c_lo']:+.4f}, {gf['c_hi']:+.4f}], b = {gf['b']:.3g}, "
+            f"rms residual {gf['rms']:.4f}"
+            if gf.get("c") is not None
+            else ""
+        )
+        + (
+            f"; D* ≈ {gf['D_star']:.3g} tokens [{fmt_num(gf['D_lo'], '.3g')}, "
+            f"{fmt_num(gf['D_hi'], '.3g') if gf['D_hi'] else '∞'}]"
+            if gf.get("D_star")
+            else ""
+        )
+        + "."
+    )
+
+
+def _fit_table_lines(a: dict[str, Any], names: tuple[str, str]) -> list[str]:
+    """The secondary table of the per-arm fits L(D) = E + B·D^(−β) (the baseline's, then the arm's)."""
+    lines = [
+        "",
+        "Secondary (decides nothing): per-arm fits and where they meet.",
+        "",
+        "| fit L(D) = E + B·D^(−β) | E | β | R² | residuals |",
+        "|---|---|---|---|---|",
+    ]
+    for name in names:
+        fit = a["fits"].get(name)
+        if fit:
             lines.append(
-                f"| {d:,} | {fmt_num(g['value'], '+.4f')} | [{fmt_num(g['lo'], '+.4f')}, {fmt_num(g['hi'], '+.4f')}] | "
-                f"{g['method']} |"
+                f"| {name} | {fit['E']:.4f} | {fit['alpha']:.3f} | {fmt_num(fit.get('r2'), '.4f')} | "
+                f"{', '.join(f'{r:+.4f}' for r in fit['residuals'])} |"
             )
-        ch, j = a["gap_change"], a.get("judged", len(D) - 1)
-        if a.get("declared_tokens"):
-            lines += [
-                "",
-                f"Declared budget: {a['declared_tokens_per_param']:g} tokens/param = "
-                f"{a['declared_tokens']:,.0f} tokens; judged at D = {D[j]:,}"
-                + ("" if a.get("reached", True) else " (the largest budget: the declared one was not reached)")
-                + ".",
-            ]
-        ref = a.get("gap_change_from")
-        lines += [
-            "",
-            (
-                f"Change of the gap from {ref:,.0f} to {D[j]:,} tokens ({D[j] / ref:.2f}×): "
-                f"{fmt_num(ch['value'], '+.4f')} [{fmt_num(ch['lo'], '+.4f')}, {fmt_num(ch['hi'], '+.4f')}] nats "
-                "(> 0 with the "
-                "interval above 0: closing)."
-                if ref
-                else "Change of the gap over 4× of budget: not measured (no budget at a true 4× below)."
-            ),
-        ]
-        gf = a.get("gap_fit")
-        if gf:
-            lines += [
-                "",
-                f"Gap fit G(D) = c − a·D^(−b) ({gf['method']}): **{gf['status']}**"
-                + (
-                    f"; c = {gf['c']:+.4f} [{gf['c_lo']:+.4f}, {gf['c_hi']:+.4f}], b = {gf['b']:.3g}, "
-                    f"rms residual {gf['rms']:.4f}"
-                    if gf.get("c") is not None
-                    else ""
-                )
-                + (
-                    f"; D* ≈ {gf['D_star']:.3g} tokens [{fmt_num(gf['D_lo'], '.3g')}, "
-                    f"{fmt_num(gf['D_hi'], '.3g') if gf['D_hi'] else '∞'}]"
-                    if gf.get("D_star")
-                    else ""
-                )
-                + ".",
-            ]
-        lines += [
-            "",
-            "Secondary (decides nothing): per-arm fits and where they meet.",
-            "",
-            "| fit L(D) = E + B·D^(−β) | E | β | R² | residuals |",
-            "|---|---|---|---|---|",
-        ]
-        for name in (base, arm):
-            fit = a["fits"].get(name)
-            if fit:
-                lines.append(
-                    f"| {name} | {fit['E']:.4f} | {fit['alpha']:.3f} | {fmt_num(fit.get('r2'), '.4f')} | "
-                    f"{', '.join(f'{r:+.4f}' for r in fit['residuals'])} |"
-                )
-            else:
-                lines.append(f"| {name} | — | — | — | no fit |")
-        c = a["crossing"]
-        share = c.get("crossing_share")
-        lines += [
-            "",
-            f"Crossing: {c['status']}"
-            + (f", D* ≈ {c['D_star']:.3g} tokens" if c["D_star"] else "")
-            + (
-                f" [{fmt_num(c['lo'], '.3g')}, {fmt_num(c['hi'], '.3g') if c['hi'] else '∞'}]"
-                if c["status"] == "crosses"
-                else ""
-            )
-            + (f"; {share:.0%} of bootstrap draws cross below {c['horizon']:.3g} tokens" if share is not None else "")
-            + (" — **extrapolated**" if c["extrapolated"] else "")
-            + (f" — **not a prediction**: {c['degenerate']}" if c.get("degenerate") else ""),
-        ]
-        for n in a.get("notes") or []:
-            lines.append(f"- note: {n}")
-    return "\n".join(lines) + "\n"
+        else:
+            lines.append(f"| {name} | — | — | — | no fit |")
+    return lines
+
+
+def _crossing_line(c: dict[str, Any]) -> str:
+    """Where the per-arm fits cross: status, D* with its bootstrap interval and share, and its caveats."""
+    share = c.get("crossing_share")
+    return (
+        f"Crossing: {c['status']}"
+        + (f", D* ≈ {c['D_star']:.3g} tokens" if c["D_star"] else "")
+        + (
+            f" [{fmt_num(c['lo'], '.3g')}, {fmt_num(c['hi'], '.3g') if c['hi'] else '∞'}]"
+            if c["status"] == "crosses"
+            else ""
+        )
+        + (f"; {share:.0%} of bootstrap draws cross below {c['horizon']:.3g} tokens" if share is not None else "")
+        + (" — **extrapolated**" if c["extrapolated"] else "")
+        + (f" — **not a prediction**: {c['degenerate']}" if c.get("degenerate") else "")
+    )

@@ -121,8 +121,24 @@ def build_blocks(
     plan_text: str,
     lr_plot: str | None,
 ) -> list[tuple]:
+    """The report's blocks, section by section: title and corpus, the claims table, each claim, learning rates,
+    the regime beside the paper's, the wall-clock times and the plan."""
     B: list[tuple] = [("h1", f"smallinit reproduction — preset {preset.name}")]
-    B.append(
+    B += _intro_blocks(preset, corpus)
+    B += _summary_blocks(claims)
+    for c in claims:
+        B += _claim_blocks(c, preset)
+    B += _lr_blocks(preset, lr_tables, lr_plot)
+    B += _regime_blocks(regime)
+    B += _time_blocks(timings)
+    B.append(("h2", "Plan", "plan"))
+    B.append(("pre", plan_text))
+    return B
+
+
+def _intro_blocks(preset, corpus: dict[str, Any]) -> list[tuple]:
+    """The paragraph under the title: the paper, the preset's scale, when, and on which corpus."""
+    return [
         (
             "p",
             f"Small Initialization Matters for Large Language Models (Hang et al., 2026): every claim tested at "
@@ -131,8 +147,11 @@ def build_blocks(
             f"({corpus.get('train_tokens', 0):,} train / {corpus.get('val_tokens', 0):,} val tokens, "
             f"vocabulary {corpus.get('vocab_size')}).",
         )
-    )
-    B.append(("h2", "Claims", "claims"))
+    ]
+
+
+def _summary_blocks(claims: list[dict[str, Any]]) -> list[tuple]:
+    """The "Claims" section: one row per claim (verdict and deciding effect) and the verdict rule."""
     rows = []
     for c in claims:
         ef = deciding_effect(c)
@@ -141,73 +160,54 @@ def build_blocks(
             iv = f" [{ef['lo']:+.3g}, {ef['hi']:+.3g}]" if ef.get("lo") is not None and ef.get("hi") is not None else ""
             main = f"{ef['label']}: {ef['value']:+.4g}{iv}"
         rows.append([c["id"], c["claim"], c["verdict"], main])
-    B.append(("table", ["#", "claim", "verdict", "deciding effect [interval]"], rows))
-    B.append(
+    return [
+        ("h2", "Claims", "claims"),
+        ("table", ["#", "claim", "verdict", "deciding effect [interval]"], rows),
         (
             "p",
             f"Verdict rule (computed, never hand-written): {RULE} Multi-part claims need every part; "
             "each claim's rule is judge() in its module under smallinit/experiments/claims/.",
-        )
-    )
-    for c in claims:
-        B.append(("h2", f"Claim {c['id']}: {c['claim']}", f"claim{c['id']}"))
-        B.append(("verdict", c["verdict"]))
-        if c["verdict"] == "not run in this preset":
-            B.append(
-                (
-                    "p",
-                    f"Not run in the {preset.name} preset; the cpu preset (smallinit reproduce --preset cpu) runs "
-                    "every claim.",
-                )
-            )
-            continue
-        if c.get("measured"):
-            B.append(("p", "Measured: " + c["measured"] + "."))
-        if c.get("effects"):
-            B.append(
-                (
-                    "table",
-                    ["effect (> 0 = as the paper says)", "value", "interval", "noise estimate", "verdict"],
-                    _effect_rows(c["effects"]),
-                )
-            )
-        for t in c.get("tables") or []:
-            B.append(("h3", t["title"]))
-            B.append(("table", t["columns"], t["rows"]))
-        for p in c.get("plots") or []:
-            B.append(("img", p, f"claim {c['id']}: {p}"))
-        if c.get("notes"):
-            B.append(("list", c["notes"]))
-        if c.get("runs"):
-            B.append(("p", "Runs: " + ", ".join(c["runs"])))
-    B.append(("h2", "Learning rates", "lr"))
-    if len(preset.lrs) > 1:
+        ),
+    ]
+
+
+def _claim_blocks(c: dict[str, Any], preset) -> list[tuple]:
+    """One claim's section: verdict, what was measured, its effects, tables, plots, notes and runs."""
+    B: list[tuple] = [("h2", f"Claim {c['id']}: {c['claim']}", f"claim{c['id']}"), ("verdict", c["verdict"])]
+    if c["verdict"] == "not run in this preset":
         B.append(
             (
                 "p",
-                "Every arm was trained at each learning rate below and keeps the one with the lowest tune_loss "
-                "(validation batches disjoint from those behind the reported val_loss); the anchor task selects "
-                "on its in-distribution tune set, never on the held-out pairs.",
+                f"Not run in the {preset.name} preset; the cpu preset (smallinit reproduce --preset cpu) runs "
+                "every claim.",
             )
         )
-    else:
-        if len(preset.anchor_lrs) > 1:
-            anchor = (
-                "; the anchor task's arms each keep the best of "
-                + ", ".join(f"{x:g}" for x in preset.anchor_lrs)
-                + " on their in-distribution tune set"
-            )
-        elif preset.anchor_lrs and preset.anchor_lrs[0] != preset.lrs[0]:
-            anchor = f"; the anchor task's arms all train at {preset.anchor_lrs[0]:g}"
-        else:
-            anchor = "; the anchor task's arms train at the same rate"
+        return B
+    if c.get("measured"):
+        B.append(("p", "Measured: " + c["measured"] + "."))
+    if c.get("effects"):
         B.append(
             (
-                "p",
-                f"This preset uses one learning rate ({preset.lrs[0]:g}) for every language-model arm, not "
-                f"tuned per arm (the cpu and gpu presets sweep it){anchor}.",
+                "table",
+                ["effect (> 0 = as the paper says)", "value", "interval", "noise estimate", "verdict"],
+                _effect_rows(c["effects"]),
             )
         )
+    for t in c.get("tables") or []:
+        B.append(("h3", t["title"]))
+        B.append(("table", t["columns"], t["rows"]))
+    for p in c.get("plots") or []:
+        B.append(("img", p, f"claim {c['id']}: {p}"))
+    if c.get("notes"):
+        B.append(("list", c["notes"]))
+    if c.get("runs"):
+        B.append(("p", "Runs: " + ", ".join(c["runs"])))
+    return B
+
+
+def _lr_blocks(preset, lr_tables: dict[str, dict[str, Any]], lr_plot: str | None) -> list[tuple]:
+    """The "Learning rates" section: how rates were chosen, the sweep's figure and every arm's tried rates."""
+    B: list[tuple] = [("h2", "Learning rates", "lr"), ("p", _lr_words(preset))]
     if lr_plot:
         B.append(("img", lr_plot, "learning-rate sweep"))
     lr_rows = []
@@ -224,68 +224,83 @@ def build_blocks(
                 ]
             )
     B.append(("table", ["arm", "lr", "tune_loss", "val_loss / held-out acc", "state", "chosen"], lr_rows))
-    B.append(("h2", "Regime: these runs beside the paper's", "regime"))
-    B.append(
+    return B
+
+
+def _lr_words(preset) -> str:
+    """How the preset sets learning rates: a sweep with selection on tune_loss, or one fixed rate."""
+    if len(preset.lrs) > 1:
+        return (
+            "Every arm was trained at each learning rate below and keeps the one with the lowest tune_loss "
+            "(validation batches disjoint from those behind the reported val_loss); the anchor task selects "
+            "on its in-distribution tune set, never on the held-out pairs."
+        )
+    if len(preset.anchor_lrs) > 1:
+        anchor = (
+            "; the anchor task's arms each keep the best of "
+            + ", ".join(f"{x:g}" for x in preset.anchor_lrs)
+            + " on their in-distribution tune set"
+        )
+    elif preset.anchor_lrs and preset.anchor_lrs[0] != preset.lrs[0]:
+        anchor = f"; the anchor task's arms all train at {preset.anchor_lrs[0]:g}"
+    else:
+        anchor = "; the anchor task's arms train at the same rate"
+    return (
+        f"This preset uses one learning rate ({preset.lrs[0]:g}) for every language-model arm, not "
+        f"tuned per arm (the cpu and gpu presets sweep it){anchor}."
+    )
+
+
+def _regime_blocks(regime: list[dict[str, Any]]) -> list[tuple]:
+    """The "Regime" section: each run's size and tokens per parameter, the paper's last."""
+    rows = [
+        [
+            r["run"],
+            r["d_model"],
+            r["n_layers"],
+            _m(r["params"]),
+            _m(r["non_embedding_params"]),
+            _m(r["tokens"]),
+            _num(r["tokens_per_param"], 3),
+            fmt_seconds(r.get("wall_time")),
+        ]
+        for r in regime
+    ]
+    paper = [
+        "paper",
+        "—",
+        "—",
+        PAPER_REGIME["params"],
+        "—",
+        PAPER_REGIME["tokens"],
+        PAPER_REGIME["tokens_per_param"],
+        "—",
+    ]
+    cols = ["run", "d_model", "layers", "params", "non-emb params", "tokens", "tokens/param (all params)", "wall time"]
+    return [
+        ("h2", "Regime: these runs beside the paper's", "regime"),
         (
             "p",
             f"The paper trains {PAPER_REGIME['params']} parameters on {PAPER_REGIME['tokens']} tokens "
             f"({PAPER_REGIME['tokens_per_param']} tokens per parameter). The runs here are far smaller and "
             "far shorter; a claim that is not supported here may still hold at the paper's scale.",
-        )
-    )
-    B.append(
-        (
-            "table",
-            [
-                "run",
-                "d_model",
-                "layers",
-                "params",
-                "non-emb params",
-                "tokens",
-                "tokens/param (all params)",
-                "wall time",
-            ],
-            [
-                [
-                    r["run"],
-                    r["d_model"],
-                    r["n_layers"],
-                    _m(r["params"]),
-                    _m(r["non_embedding_params"]),
-                    _m(r["tokens"]),
-                    _num(r["tokens_per_param"], 3),
-                    fmt_seconds(r.get("wall_time")),
-                ]
-                for r in regime
-            ]
-            + [
-                [
-                    "paper",
-                    "—",
-                    "—",
-                    PAPER_REGIME["params"],
-                    "—",
-                    PAPER_REGIME["tokens"],
-                    PAPER_REGIME["tokens_per_param"],
-                    "—",
-                ]
-            ],
-        )
-    )
-    B.append(("h2", "Time", "time"))
-    B.append(
+        ),
+        ("table", cols, [*rows, paper]),
+    ]
+
+
+def _time_blocks(timings: dict[str, float]) -> list[tuple]:
+    """The "Time" section: wall-clock time per stage."""
+    return [
+        ("h2", "Time", "time"),
         (
             "p",
             "Wall-clock times of the latest invocation (a resumed reproduction skips finished runs), of all "
             "invocations together, and the sum of the reported LM runs' own training times (runs may overlap "
             "when several run at a time).",
-        )
-    )
-    B.append(("table", ["stage", "wall time"], [[k, fmt_seconds(v)] for k, v in timings.items()]))
-    B.append(("h2", "Plan", "plan"))
-    B.append(("pre", plan_text))
-    return B
+        ),
+        ("table", ["stage", "wall time"], [[k, fmt_seconds(v)] for k, v in timings.items()]),
+    ]
 
 
 def deciding_effect(claim: dict[str, Any]) -> dict[str, Any] | None:

@@ -205,11 +205,7 @@ class Reproduction:
             prepared = (corpus / "meta.json").is_file()
             if prepared and (note := corpus_note(self.p, corpus)):
                 self.log(note)
-            self._calibrate(corpus if prepared else None)
-            self.corpus_path = corpus
-            plan = self.plan(corpus)
-            plan = self.fit_hours(plan)
-            self.log(self.describe_plan(plan))
+            self._make_plan(corpus, corpus if prepared else None)
             return None
         self.out.mkdir(parents=True, exist_ok=True)
         corpus = ensure_corpus(self.p, self.corpus_arg, self.out, self.log)
@@ -217,11 +213,7 @@ class Reproduction:
         corpus_info = check_corpus(self.p, corpus)
         if note := corpus_note(self.p, corpus):
             self.log(note)
-        self._calibrate(corpus)
-        self.corpus_path = corpus
-        plan = self.plan(corpus)
-        plan = self.fit_hours(plan)
-        self.log(self.describe_plan(plan))
+        plan = self._make_plan(corpus, corpus)
         atomic_write_json(
             self.out / "plan.json",
             {
@@ -231,47 +223,7 @@ class Reproduction:
                 "phase2_count": plan.phase2_count,
             },
         )
-        n_total = len(plan.phase1) + plan.phase2_count
-        t1 = time.time()
-        xs = self.crossover_spec(corpus)
-        if xs is not None:
-            from smallinit.experiments.crossover_plan import run_crossovers
-
-            g = self.crossover_gflops or self.gflops
-            here = self.inprocess or None  # an in-process preset (tests): its crossovers too; else as the jobs say
-            run_crossovers(self.p, xs, self.out, corpus, self.jobs, self.log, launcher, self.retry_failed, g, here)
-            self.timings["crossover"] = time.time() - t1
-        self.log(f"[reproduce] phase 1/2: {len(plan.phase1)} runs")
-        JobRunner(
-            plan.phase1,
-            self.jobs,
-            inprocess=self.inprocess,
-            retry_failed=self.retry_failed,
-            log=self.log,
-            title=f"reproduce {self.p.name}",
-            index_offset=0,
-            total=n_total,
-            later_seconds=phase_wall_seconds(plan.phase2_estimates, self.jobs),
-            launcher=launcher,
-        ).run()
-        chosen, lr_tables = self._choose_lrs(plan)
-        phase2 = phase2_jobs(plan, self.out, chosen, corpus, self.jobs)
-        if 0 < len(phase2) < self.jobs:  # fewer runs than job slots: they share all the cores
-            phase2 = phase2_jobs(plan, self.out, chosen, corpus, len(phase2))
-        if phase2:
-            self.log(f"[reproduce] phase 2/2: {len(phase2)} runs (extra seeds at the chosen learning rates)")
-            JobRunner(
-                phase2,
-                self.jobs,
-                inprocess=self.inprocess,
-                retry_failed=self.retry_failed,
-                log=self.log,
-                title=f"reproduce {self.p.name}",
-                index_offset=len(plan.phase1),
-                total=n_total,
-                launcher=launcher,
-            ).run()
-        self.timings["training"] = time.time() - t1
+        chosen, lr_tables = self._train(plan, corpus, launcher)
         if launcher is None:
             results = self.report(plan, chosen, lr_tables, corpus_info, t0)
         else:  # the analysis loads the models (token-level comparisons): a job where the runs ran
@@ -284,6 +236,55 @@ class Reproduction:
             f"(this invocation {fmt_seconds(time.time() - t0)})"
         )
         return results
+
+    def _make_plan(self, corpus: Path, calibrate_on: Path | None) -> Plan:
+        """Calibrate (on ``calibrate_on``; None: no corpus yet), plan on ``corpus``, fit it to the hours, log it."""
+        self._calibrate(calibrate_on)
+        self.corpus_path = corpus
+        plan = self.fit_hours(self.plan(corpus))
+        self.log(self.describe_plan(plan))
+        return plan
+
+    def _train(self, plan: Plan, corpus: Path, launcher: Any) -> tuple[dict[str, float | None], dict[str, Any]]:
+        """The crossovers, phase 1 (every arm at every rate), the choice of rates, phase 2 (extra seeds at the
+        chosen rates); returns (the chosen rates, the learning-rate tables)."""
+        n_total = len(plan.phase1) + plan.phase2_count
+        t1 = time.time()
+        xs = self.crossover_spec(corpus)
+        if xs is not None:
+            from smallinit.experiments.crossover_plan import run_crossovers
+
+            g = self.crossover_gflops or self.gflops
+            here = self.inprocess or None  # an in-process preset (tests): its crossovers too; else as the jobs say
+            run_crossovers(self.p, xs, self.out, corpus, self.jobs, self.log, launcher, self.retry_failed, g, here)
+            self.timings["crossover"] = time.time() - t1
+        self.log(f"[reproduce] phase 1/2: {len(plan.phase1)} runs")
+        later = phase_wall_seconds(plan.phase2_estimates, self.jobs)
+        self._run_phase(plan.phase1, 0, n_total, launcher, later_seconds=later)
+        chosen, lr_tables = self._choose_lrs(plan)
+        phase2 = phase2_jobs(plan, self.out, chosen, corpus, self.jobs)
+        if 0 < len(phase2) < self.jobs:  # fewer runs than job slots: they share all the cores
+            phase2 = phase2_jobs(plan, self.out, chosen, corpus, len(phase2))
+        if phase2:
+            self.log(f"[reproduce] phase 2/2: {len(phase2)} runs (extra seeds at the chosen learning rates)")
+            self._run_phase(phase2, len(plan.phase1), n_total, launcher)
+        self.timings["training"] = time.time() - t1
+        return chosen, lr_tables
+
+    def _run_phase(self, jobs: list, index_offset: int, total: int, launcher: Any, later_seconds: float = 0.0) -> None:
+        """One phase's jobs through a JobRunner, numbered from ``index_offset`` of ``total``."""
+        JobRunner(
+            jobs,
+            self.jobs,
+            inprocess=self.inprocess,
+            retry_failed=self.retry_failed,
+            log=self.log,
+            title=f"reproduce {self.p.name}",
+            index_offset=index_offset,
+            total=total,
+            later_seconds=later_seconds,
+            launcher=launcher,
+        ).run()
 
     def report(
         self,

@@ -120,15 +120,64 @@ def compute_probes(
     the model is left exactly as found. ``autocast`` (e.g. ``trainer.autocast()``) wraps the forward
     so that activations are those training sees. ``weights=False`` skips the per-matrix probes.
     """
-    blocks = list(model.blocks)
-    L = len(blocks)
+    L = len(model.blocks)
     T = int(idx.shape[1])
     device = next(model.parameters()).device
     idx = idx.to(device)
     layers: list[dict[str, Any]] = [{} for _ in range(L)]
     pending: dict[tuple[int, str], torch.Tensor] = {}  # residual input h awaiting its branch output
     found: dict[str, Any] = {}
-    handles = []
+    handles: list[Any] = []
+    moe_saved = [(m, m.aux_loss, m.last_stats) for m in model.modules() if hasattr(m, "last_stats")]
+    t0 = time.perf_counter()
+    try:
+        _register_activation_hooks(model, T, layers, pending, found, handles)
+        with torch.no_grad(), autocast if autocast is not None else contextlib.nullcontext():
+            model(idx)
+        moe = {}
+        if moe_saved:
+            try:
+                from smallinit.model.moe import moe_stats
+            except ImportError:  # pragma: no cover - MoE module absent
+                moe_stats = None
+            if moe_stats is not None:
+                moe = moe_stats(model)
+    finally:
+        for h in handles:
+            h.remove()
+        pending.clear()
+        for m, aux, stats in moe_saved:
+            m.aux_loss, m.last_stats = aux, stats
+    t_act = time.perf_counter() - t0
+    record: dict[str, Any] = {
+        "T": T,
+        "batch": int(idx.shape[0]),
+        "uniform_sink": uniform_sink_baseline(T) if T >= 2 else None,
+        "emb_max_act": found.get("emb_max_act"),
+        "layers": [{"layer": i, **layers[i]} for i in range(L)],
+        "final_norm": found.get("final_norm"),
+    }
+    if weights:
+        t1 = time.perf_counter()
+        record["matrices"] = _weight_probes(model, exact_srank)
+        record["seconds_weights"] = time.perf_counter() - t1
+    if moe:
+        record["moe"] = moe
+    record["seconds_activations"] = t_act
+    return json_safe(record)
+
+
+def _register_activation_hooks(
+    model: nn.Module,
+    T: int,
+    layers: list[dict[str, Any]],
+    pending: dict[tuple[int, str], torch.Tensor],
+    found: dict[str, Any],
+    handles: list[Any],
+) -> None:
+    """Hooks that fill ``layers[i]`` (norm saturation, attention sink, residual flow of each branch, max
+    activation) and ``found`` (embedding max activation, final-norm saturation) during one forward; each handle is
+    appended to ``handles`` as it is registered, so the caller removes every one even if registering fails."""
 
     def norm_pre(i: int | None, which: str, norm: nn.Module):
         def hook(mod, args):
@@ -165,51 +214,15 @@ def compute_probes(
     def emb_out(mod, args, out):
         found["emb_max_act"] = max_activation(out)
 
-    moe_saved = [(m, m.aux_loss, m.last_stats) for m in model.modules() if hasattr(m, "last_stats")]
-    t0 = time.perf_counter()
-    try:
-        handles.append(model.tok_emb.register_forward_hook(emb_out))
-        for i, b in enumerate(blocks):
-            handles.append(b.attn_norm.register_forward_pre_hook(norm_pre(i, "attn_norm", b.attn_norm)))
-            handles.append(b.mlp_norm.register_forward_pre_hook(norm_pre(i, "mlp_norm", b.mlp_norm)))
-            handles.append(b.attn.register_forward_pre_hook(attn_pre(i), with_kwargs=True))
-            handles.append(b.attn.register_forward_hook(branch_out(i, "attn_norm", "flow_attn")))
-            handles.append(b.mlp.register_forward_hook(branch_out(i, "mlp_norm", "flow_mlp")))
-            handles.append(b.register_forward_hook(block_out(i)))
-        handles.append(model.norm_f.register_forward_pre_hook(norm_pre(None, "final_norm", model.norm_f)))
-        with torch.no_grad(), autocast if autocast is not None else contextlib.nullcontext():
-            model(idx)
-        moe = {}
-        if moe_saved:
-            try:
-                from smallinit.model.moe import moe_stats
-            except ImportError:  # pragma: no cover - MoE module absent
-                moe_stats = None
-            if moe_stats is not None:
-                moe = moe_stats(model)
-    finally:
-        for h in handles:
-            h.remove()
-        pending.clear()
-        for m, aux, stats in moe_saved:
-            m.aux_loss, m.last_stats = aux, stats
-    t_act = time.perf_counter() - t0
-    record: dict[str, Any] = {
-        "T": T,
-        "batch": int(idx.shape[0]),
-        "uniform_sink": uniform_sink_baseline(T) if T >= 2 else None,
-        "emb_max_act": found.get("emb_max_act"),
-        "layers": [{"layer": i, **layers[i]} for i in range(L)],
-        "final_norm": found.get("final_norm"),
-    }
-    if weights:
-        t1 = time.perf_counter()
-        record["matrices"] = _weight_probes(model, exact_srank)
-        record["seconds_weights"] = time.perf_counter() - t1
-    if moe:
-        record["moe"] = moe
-    record["seconds_activations"] = t_act
-    return json_safe(record)
+    handles.append(model.tok_emb.register_forward_hook(emb_out))
+    for i, b in enumerate(model.blocks):
+        handles.append(b.attn_norm.register_forward_pre_hook(norm_pre(i, "attn_norm", b.attn_norm)))
+        handles.append(b.mlp_norm.register_forward_pre_hook(norm_pre(i, "mlp_norm", b.mlp_norm)))
+        handles.append(b.attn.register_forward_pre_hook(attn_pre(i), with_kwargs=True))
+        handles.append(b.attn.register_forward_hook(branch_out(i, "attn_norm", "flow_attn")))
+        handles.append(b.mlp.register_forward_hook(branch_out(i, "mlp_norm", "flow_mlp")))
+        handles.append(b.register_forward_hook(block_out(i)))
+    handles.append(model.norm_f.register_forward_pre_hook(norm_pre(None, "final_norm", model.norm_f)))
 
 
 def probe_batch(val_tokens: np.ndarray, seq_len: int, batch_size: int, bos_id: int | None = None) -> torch.Tensor:

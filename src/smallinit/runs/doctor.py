@@ -334,76 +334,16 @@ def _check_probes(rep: DoctorReport, rd: Path) -> None:
 
 
 def _check_completion(rep: DoctorReport, rd: Path, cfg, good: list[Path], last_logged: int) -> None:
-    path = rd / "summary.json"
+    """The run's status, the first that applies: complete (summary.json), training (a live lock), diverged,
+    failed, else incomplete — each problem with its fix."""
     resume = f"smallinit train --resume {rd}"
-    if path.is_file():
-        try:
-            s = json.loads(path.read_text())
-        except ValueError:
-            s = None
-        if not isinstance(s, dict):
-            rep.add(PROBLEM, "summary.json does not parse", f"{resume}  (rewrites it from the last checkpoint)")
-            return
-        if s.get("completed"):
-            missing = [k for k in ("step", "final_loss", "final_val_loss") if s.get(k) is None]
-            if missing:
-                rep.add(
-                    PROBLEM,
-                    f"summary.json says complete but has no value for {', '.join(missing)}",
-                    f"a resume of a finished run by an older smallinit blanked them: delete {path} and run "
-                    f"`{resume}` (it rewrites the summary from metrics.jsonl and the final checkpoint)",
-                )
-                return
-            if not good:
-                rep.add(
-                    PROBLEM,
-                    f"summary.json says complete (step {s.get('step')}) but no good checkpoint is "
-                    f"left: the trained weights are gone (eval, export, probe and compare need them)",
-                    f"restore {rd / 'checkpoints'} from a copy, or train the run again into a new folder",
-                )
-                return
-            rep.status = "complete"
-            rep.add(OK, f"run complete: step {s.get('step')}, final val loss {s.get('final_val_loss')}")
-            if _step_of(good[-1]) != s.get("step"):
-                rep.add(NOTE, f"the newest good checkpoint is {good[-1].name}, not the final step {s.get('step')}")
-            return
+    if _check_summary(rep, rd, good, resume):
+        return
     if rep.active_pid is not None:
         rep.status = "training"
         rep.add(NOTE, f"training in progress (pid {rep.active_pid} holds the lock); logged up to step {last_logged}")
         return
-    div = rd / "diverged.json"
-    if div.is_file():
-        try:
-            d = json.loads(div.read_text())
-            d = d if isinstance(d, dict) else {}
-        except ValueError:
-            d = {}
-        rep.status = "diverged"
-        kept = d.get("checkpoint") or (good[-1].name if good else None)
-        what = (
-            "a non-finite loss or gradient"
-            if d.get("kind") == "non-finite"
-            else f"the loss above {d.get('threshold', float('nan')):.2f} (ln V + margin)"
-        )
-        rep.add(
-            PROBLEM,
-            f"run diverged at step {d.get('step', '?')}: {what}; stopped at step {d.get('stopped_at', '?')}",
-            f"the newest checkpoint from before it is {kept or 'none'}; lower optim.lr (or raise warmup) and "
-            "train a new run from it or from scratch; `--resume` would repeat the same steps",
-        )
-        return
-    failed = rd / "failed.json"  # written by `smallinit sweep` when the run exited with an error
-    if failed.is_file():
-        rep.status = "failed"
-        try:
-            err = json.loads(failed.read_text()).get("error")
-        except (ValueError, AttributeError):
-            err = None
-        rep.add(
-            PROBLEM,
-            f"the sweep recorded this run as failed: {err or 'see its log, ../jobs/<run>.log'}",
-            "fix the cause, then rerun the sweep with --retry-failed (or resume this run directly)",
-        )
+    if _check_diverged(rep, rd, good) or _check_failed(rep, rd):
         return
     from_ = f"{good[-1].name}" if good else "step 0 (no checkpoint yet)"
     redo = ""
@@ -414,6 +354,90 @@ def _check_completion(rep: DoctorReport, rd: Path, cfg, good: list[Path], last_l
         f"run is incomplete: stopped after step {last_logged} (no summary.json)",
         f"{resume}  (continues from {from_}{redo})",
     )
+
+
+def _check_summary(rep: DoctorReport, rd: Path, good: list[Path], resume: str) -> bool:
+    """Whether summary.json decides the status: it does not parse, or says complete (checked against its values
+    and the checkpoints left). False when there is none or it says not complete."""
+    path = rd / "summary.json"
+    if not path.is_file():
+        return False
+    try:
+        s = json.loads(path.read_text())
+    except ValueError:
+        s = None
+    if not isinstance(s, dict):
+        rep.add(PROBLEM, "summary.json does not parse", f"{resume}  (rewrites it from the last checkpoint)")
+        return True
+    if not s.get("completed"):
+        return False
+    missing = [k for k in ("step", "final_loss", "final_val_loss") if s.get(k) is None]
+    if missing:
+        rep.add(
+            PROBLEM,
+            f"summary.json says complete but has no value for {', '.join(missing)}",
+            f"a resume of a finished run by an older smallinit blanked them: delete {path} and run "
+            f"`{resume}` (it rewrites the summary from metrics.jsonl and the final checkpoint)",
+        )
+        return True
+    if not good:
+        rep.add(
+            PROBLEM,
+            f"summary.json says complete (step {s.get('step')}) but no good checkpoint is "
+            f"left: the trained weights are gone (eval, export, probe and compare need them)",
+            f"restore {rd / 'checkpoints'} from a copy, or train the run again into a new folder",
+        )
+        return True
+    rep.status = "complete"
+    rep.add(OK, f"run complete: step {s.get('step')}, final val loss {s.get('final_val_loss')}")
+    if _step_of(good[-1]) != s.get("step"):
+        rep.add(NOTE, f"the newest good checkpoint is {good[-1].name}, not the final step {s.get('step')}")
+    return True
+
+
+def _check_diverged(rep: DoctorReport, rd: Path, good: list[Path]) -> bool:
+    """Whether diverged.json is there (status "diverged", with where and what, and the checkpoint to go back to)."""
+    div = rd / "diverged.json"
+    if not div.is_file():
+        return False
+    try:
+        d = json.loads(div.read_text())
+        d = d if isinstance(d, dict) else {}
+    except ValueError:
+        d = {}
+    rep.status = "diverged"
+    kept = d.get("checkpoint") or (good[-1].name if good else None)
+    what = (
+        "a non-finite loss or gradient"
+        if d.get("kind") == "non-finite"
+        else f"the loss above {d.get('threshold', float('nan')):.2f} (ln V + margin)"
+    )
+    rep.add(
+        PROBLEM,
+        f"run diverged at step {d.get('step', '?')}: {what}; stopped at step {d.get('stopped_at', '?')}",
+        f"the newest checkpoint from before it is {kept or 'none'}; lower optim.lr (or raise warmup) and "
+        "train a new run from it or from scratch; `--resume` would repeat the same steps",
+    )
+    return True
+
+
+def _check_failed(rep: DoctorReport, rd: Path) -> bool:
+    """Whether failed.json is there (written by `smallinit sweep` when the run exited with an error): status
+    "failed", with the recorded error."""
+    failed = rd / "failed.json"
+    if not failed.is_file():
+        return False
+    rep.status = "failed"
+    try:
+        err = json.loads(failed.read_text()).get("error")
+    except (ValueError, AttributeError):
+        err = None
+    rep.add(
+        PROBLEM,
+        f"the sweep recorded this run as failed: {err or 'see its log, ../jobs/<run>.log'}",
+        "fix the cause, then rerun the sweep with --retry-failed (or resume this run directly)",
+    )
+    return True
 
 
 def check_run(run_dir: str | os.PathLike) -> DoctorReport:

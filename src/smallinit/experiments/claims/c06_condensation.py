@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from smallinit.experiments.claims.context import ClaimContext, fmt_lr
 from smallinit.experiments.claims.plots import plot_probe_series, pyplot, save
 from smallinit.experiments.claims.rules import (
     INCONCLUSIVE,
+    Effect,
     Verdict,
     combine,
     is_finite,
@@ -153,19 +154,66 @@ def judge(
     ``steps_*`` = the probed steps the ranks are aligned with (one list, or {seed: list}; default 0, 1, 2, …). The
     reference steps (0, t_c, t_end) come from the steps both arms probed (:func:`reference_steps`); parts (a)–(c)
     and their noise as in the module docstring."""
-    S, T = _as_seeds(small), _as_seeds(std)
+    per_seed, refs = _per_seed_stats(_as_seeds(small), _as_seeds(std), steps_small, steps_std)
+    if not per_seed:
+        return Verdict(
+            INCONCLUSIVE,
+            notes=["no seed with common matrices and ≥ 3 commonly probed steps after step 0 (and step 0 itself)"],
+        )
+    seeds = sorted(per_seed)
+    a, b, c = _seed_paired_parts(per_seed) if len(seeds) >= 2 else _matrix_paired_parts(per_seed[seeds[0]])
+    notes = []
+    if len(seeds) < 2:
+        notes.append(
+            "one seed: the intervals are a bootstrap over the matrices of one run, which share its training "
+            "noise — a lower bound of the noise; ≥ 2 seeds give a t-interval over seeds"
+        )
+    every = {
+        (a_, k): [x for s in seeds for x in _column(per_seed[s], a_, k)]
+        for a_ in ("small", "std")
+        for k in ("condensation", "expansion")
+    }
+    ref = refs[seeds[0]]
+    nums = {
+        "condensation_gamma1": _mean(every[("small", "condensation")]),
+        "condensation_gamma0.5": _mean(every[("std", "condensation")]),
+        "expansion_gamma1": _mean(every[("small", "expansion")]),
+        "expansion_gamma0.5": _mean(every[("std", "expansion")]),
+        "matrices": len(per_seed[seeds[0]]["small"]),
+        "seeds": seeds,
+        "steps_gamma1": {"ref_step": ref[0], "mid_step": ref[1], "end_step": ref[2]},
+    }
+    return Verdict(combine([a.verdict, b.verdict, c.verdict]), [a, b, c], nums, notes)
 
-    def steps_of(steps: Any, seed: int, series: Trajectories) -> list[float]:
-        if steps is None:
-            return list(range(max((len(v) for v in series.values()), default=0)))
-        st = steps.get(seed) if isinstance(steps, Mapping) else steps
-        return [float(t) for t in st] if st is not None else []
 
-    per_seed: dict[int, dict[str, dict[str, dict[str, float]]]] = {}
+_PerSeed = dict[int, dict[str, dict[str, dict[str, float]]]]
+"""{seed: {"small" | "std": {matrix: :func:`condensation_stats`}}}."""
+
+_LABELS = (
+    "(a) condensation log r(0) − log r(t_c): γ=1 − γ=0.5 at the same steps",
+    "(b) expansion log r(t_end) − log r(t_c) under γ=1",
+    "(c) expansion: γ=1 − γ=0.5 (null: the other arm)",
+)
+
+
+def _steps_of(steps: Any, seed: int, series: Trajectories) -> list[float]:
+    """The probed steps of one seed's trajectories (``steps``: one list or {seed: list}; None: 0, 1, 2, …)."""
+    if steps is None:
+        return list(range(max((len(v) for v in series.values()), default=0)))
+    st = steps.get(seed) if isinstance(steps, Mapping) else steps
+    return [float(t) for t in st] if st is not None else []
+
+
+def _per_seed_stats(
+    S: dict[int, Trajectories], T: dict[int, Trajectories], steps_small: Any, steps_std: Any
+) -> tuple[_PerSeed, dict[int, tuple[float, float, float]]]:
+    """(each common seed's condensation statistics of the matrices both arms have, its reference steps), at the
+    steps both arms probed; seeds without common matrices or reference steps are left out."""
+    per_seed: _PerSeed = {}
     refs = {}
     for seed in sorted(set(S) & set(T)):
         names = [n for n in S[seed] if n in T[seed]]
-        ss, ts = steps_of(steps_small, seed, S[seed]), steps_of(steps_std, seed, T[seed])
+        ss, ts = _steps_of(steps_small, seed, S[seed]), _steps_of(steps_std, seed, T[seed])
         ref = reference_steps(sorted(set(ss) & set(ts)))
         if not names or ref is None:
             continue
@@ -174,67 +222,50 @@ def judge(
             "small": {n: condensation_stats(ss, S[seed][n], ref) for n in names},
             "std": {n: condensation_stats(ts, T[seed][n], ref) for n in names},
         }
-    if not per_seed:
-        return Verdict(
-            INCONCLUSIVE,
-            notes=["no seed with common matrices and ≥ 3 commonly probed steps after step 0 (and step 0 itself)"],
-        )
+    return per_seed, refs
 
-    def mean(v: list[float]) -> float | None:
-        f = [x for x in v if is_finite(x)]
-        return float(np.mean(f)) if f else None
 
-    def col(seed: int, arm_: str, key: str) -> list[float]:
-        d = per_seed[seed][arm_]
-        return [d[n][key] for n in d]
+def _mean(v: list[float]) -> float | None:
+    f = [x for x in v if is_finite(x)]
+    return float(np.mean(f)) if f else None
 
-    labels = (
-        "(a) condensation log r(0) − log r(t_c): γ=1 − γ=0.5 at the same steps",
-        "(b) expansion log r(t_end) − log r(t_c) under γ=1",
-        "(c) expansion: γ=1 − γ=0.5 (null: the other arm)",
-    )
-    notes = []
+
+def _column(stats: dict[str, dict[str, dict[str, float]]], arm_: str, key: str) -> list[float]:
+    """One statistic of every matrix of one arm (one seed's entry of :data:`_PerSeed`)."""
+    d = stats[arm_]
+    return [d[n][key] for n in d]
+
+
+def _seed_paired_parts(per_seed: _PerSeed) -> tuple[Effect, Effect, Effect]:
+    """Parts (a)–(c) with k ≥ 2 seeds: each statistic averaged over matrices per seed, a t-interval over seeds."""
     seeds = sorted(per_seed)
-    if len(seeds) >= 2:
-        m = {
-            (s, a_, k): mean(col(s, a_, k))
-            for s in seeds
-            for a_ in ("small", "std")
-            for k in ("condensation", "expansion")
-        }
-
-        def sv(a_: str, k: str) -> dict[int, float]:
-            return {s: m[(s, a_, k)] for s in seeds if m[(s, a_, k)] is not None}
-
-        a = seed_paired_effect(labels[0], sv("small", "condensation"), sv("std", "condensation"))
-        b = seed_paired_effect(labels[1], sv("small", "expansion"), {s: 0.0 for s in seeds})
-        c = seed_paired_effect(labels[2], sv("small", "expansion"), sv("std", "expansion"))
-    else:
-        s0 = seeds[0]
-        xs = col(s0, "small", "expansion")
-        a = paired_effect(labels[0], col(s0, "small", "condensation"), col(s0, "std", "condensation"), "matrices")
-        b = paired_effect(labels[1], xs, [0.0] * len(xs), "matrices")
-        c = paired_effect(labels[2], xs, col(s0, "std", "expansion"), "matrices")
-        notes.append(
-            "one seed: the intervals are a bootstrap over the matrices of one run, which share its training "
-            "noise — a lower bound of the noise; ≥ 2 seeds give a t-interval over seeds"
-        )
-    every = {
-        (a_, k): [x for s in seeds for x in col(s, a_, k)]
+    m = {
+        (s, a_, k): _mean(_column(per_seed[s], a_, k))
+        for s in seeds
         for a_ in ("small", "std")
         for k in ("condensation", "expansion")
     }
-    ref = refs[seeds[0]]
-    nums = {
-        "condensation_gamma1": mean(every[("small", "condensation")]),
-        "condensation_gamma0.5": mean(every[("std", "condensation")]),
-        "expansion_gamma1": mean(every[("small", "expansion")]),
-        "expansion_gamma0.5": mean(every[("std", "expansion")]),
-        "matrices": len(per_seed[seeds[0]]["small"]),
-        "seeds": seeds,
-        "steps_gamma1": {"ref_step": ref[0], "mid_step": ref[1], "end_step": ref[2]},
-    }
-    return Verdict(combine([a.verdict, b.verdict, c.verdict]), [a, b, c], nums, notes)
+
+    def sv(a_: str, k: str) -> dict[int, float]:
+        return {s: m[(s, a_, k)] for s in seeds if m[(s, a_, k)] is not None}
+
+    return (
+        seed_paired_effect(_LABELS[0], sv("small", "condensation"), sv("std", "condensation")),
+        seed_paired_effect(_LABELS[1], sv("small", "expansion"), {s: 0.0 for s in seeds}),
+        seed_paired_effect(_LABELS[2], sv("small", "expansion"), sv("std", "expansion")),
+    )
+
+
+def _matrix_paired_parts(stats: dict[str, dict[str, dict[str, float]]]) -> tuple[Effect, Effect, Effect]:
+    """Parts (a)–(c) with one seed: a bootstrap over the matrices, paired by name."""
+    xs = _column(stats, "small", "expansion")
+    return (
+        paired_effect(
+            _LABELS[0], _column(stats, "small", "condensation"), _column(stats, "std", "condensation"), "matrices"
+        ),
+        paired_effect(_LABELS[1], xs, [0.0] * len(xs), "matrices"),
+        paired_effect(_LABELS[2], xs, _column(stats, "std", "expansion"), "matrices"),
+    )
 
 
 def srank_series(records: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -274,56 +305,12 @@ def run_lr(rd: Path) -> float | None:
 
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
-    notes: list[str] = []
-    if uses_crossover(ctx.p):
-        seeds = range(ctx.p.crossover.seeds)
-        trunks = {a: {s: rd for s in seeds if (rd := ctx.crossover_trunk(a, s)) is not None} for a in CROSSOVER_PAIR}
-        common = sorted(set(trunks["paper"]) & set(trunks["gamma-only"]))
-        if not common:
-            return ctx.result(
-                "stable rank over the crossover's trunks",
-                None,
-                notes=["the crossover's paper and γ-only trunks did not finish"],
-            )
-        lrs = {run_lr(trunks[a][s]) for a in CROSSOVER_PAIR for s in common}
-        if len(lrs) != 1 or None in lrs:
-            return ctx.result(
-                "stable rank over the crossover's trunks",
-                None,
-                notes=[
-                    "the trunks trained at different or unknown learning rates "
-                    f"({', '.join(map(str, sorted(lrs, key=str)))}):"
-                    " condensation is compared only between arms at the same rate"
-                ],
-            )
-        lr = lrs.pop()
-        run_dirs = {
-            "small": {s: trunks["paper"][s] for s in common},
-            "std": {s: trunks["gamma-only"][s] for s in common},
-        }
-        arms_words = (
-            f"the crossover's trunks, paper (γ = 1) vs γ-only (γ = 0.5), both ε = 1e-12 with the gate, "
-            f"constant rate {fmt_lr(lr)} for both, to {ctx.crossover_trunk_tokens():,} tokens"
-        )
-        runs = [f"crossover/runs/{a}/seed{s}/trunk" for a in CROSSOVER_PAIR for s in common]
-    else:
-        small, std = ctx.roles["small"], ctx.roles["std"]
-        lr = ctx.common_lr(small, std)
-        if lr is None:
-            return ctx.result(
-                "stable rank, γ = 1 vs γ = 0.5", None, notes=["no learning rate at which both arms finished a run"]
-            )
-        a_s, a_t = ctx.runs_by_seed(small, lr), ctx.runs_by_seed(std, lr)
-        common = sorted(set(a_s) & set(a_t))
-        run_dirs = {"small": {s: a_s[s] for s in common}, "std": {s: a_t[s] for s in common}}
-        if ctx.chosen.get(small.key) != ctx.chosen.get(std.key):
-            notes.append(
-                f"the arms' own chosen rates differ ({fmt_lr(ctx.chosen.get(small.key) or math.nan)} vs "
-                f"{fmt_lr(ctx.chosen.get(std.key) or math.nan)}): both are read at {fmt_lr(lr)}, the seeds "
-                "both ran there"
-            )
-        arms_words = f"γ = 1 vs γ = 0.5 (ε = 1e-12, no gate), both at learning rate {fmt_lr(lr)}"
-        runs = [rd.name for d in run_dirs.values() for rd in d.values()]
+    crossover = uses_crossover(ctx.p)
+    pair = _crossover_pair(ctx) if crossover else _own_pair(ctx)
+    if isinstance(pair, str):
+        what = "stable rank over the crossover's trunks" if crossover else "stable rank, γ = 1 vs γ = 0.5"
+        return ctx.result(what, None, notes=[pair])
+    run_dirs, common = pair.run_dirs, pair.common
     recs = {a_: {s: read_probes(rd) for s, rd in d.items()} for a_, d in run_dirs.items()}
     tables = {a_: {s: srank_table(r) for s, r in d.items() if r} for a_, d in recs.items()}
     v = judge(
@@ -332,7 +319,7 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
         {s: t[0] for s, t in tables["small"].items()},
         {s: t[0] for s, t in tables["std"].items()},
     )
-    v.notes += notes
+    v.notes += pair.notes
     s0 = common[0]
     ps, pt = recs["small"].get(s0, []), recs["std"].get(s0, [])
     plots = [
@@ -362,9 +349,71 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
         "stable rank r = ||W||_F²/||W||_2² of every block matrix over training (probes, log-spaced early "
         "steps); condensation = log r(0) − log r(t_c), expansion = log r(t_end) − log r(t_c), t_c the middle "
         f"of the run in log-steps{at}; condensation counts beyond the same matrix's drop under γ = 0.5 at the "
-        f"same steps; {arms_words}; {len(common)} seed(s), paired by seed"
+        f"same steps; {pair.words}; {len(common)} seed(s), paired by seed"
     )
-    return ctx.result(measured, v, plots=plots, runs=runs)
+    return ctx.result(measured, v, plots=plots, runs=pair.runs)
+
+
+class _Pair(NamedTuple):
+    """The γ = 1 / γ = 0.5 runs claim 6 reads, both at one learning rate."""
+
+    run_dirs: dict[str, dict[int, Path]]  # {"small" | "std": {seed: run}}
+    common: list[int]  # the seeds both arms have
+    words: str  # the arms, in the "measured" line
+    runs: list[str]  # the runs, as listed in the report
+    notes: list[str]
+
+
+def _crossover_pair(ctx: ClaimContext) -> _Pair | str:
+    """The crossover's paper and γ-only trunks (:data:`CROSSOVER_PAIR`); why not, in words, when they did not
+    finish or trained at different or unknown rates."""
+    seeds = range(ctx.p.crossover.seeds)
+    trunks = {a: {s: rd for s in seeds if (rd := ctx.crossover_trunk(a, s)) is not None} for a in CROSSOVER_PAIR}
+    common = sorted(set(trunks["paper"]) & set(trunks["gamma-only"]))
+    if not common:
+        return "the crossover's paper and γ-only trunks did not finish"
+    lrs = {run_lr(trunks[a][s]) for a in CROSSOVER_PAIR for s in common}
+    if len(lrs) != 1 or None in lrs:
+        return (
+            "the trunks trained at different or unknown learning rates "
+            f"({', '.join(map(str, sorted(lrs, key=str)))}):"
+            " condensation is compared only between arms at the same rate"
+        )
+    lr = lrs.pop()
+    return _Pair(
+        {"small": {s: trunks["paper"][s] for s in common}, "std": {s: trunks["gamma-only"][s] for s in common}},
+        common,
+        f"the crossover's trunks, paper (γ = 1) vs γ-only (γ = 0.5), both ε = 1e-12 with the gate, "
+        f"constant rate {fmt_lr(lr)} for both, to {ctx.crossover_trunk_tokens():,} tokens",
+        [f"crossover/runs/{a}/seed{s}/trunk" for a in CROSSOVER_PAIR for s in common],
+        [],
+    )
+
+
+def _own_pair(ctx: ClaimContext) -> _Pair | str:
+    """The claim's own "small" and "std" arms at the rate both finished a run at (:meth:`ClaimContext.common_lr`);
+    why not, in words, when there is none."""
+    small, std = ctx.roles["small"], ctx.roles["std"]
+    lr = ctx.common_lr(small, std)
+    if lr is None:
+        return "no learning rate at which both arms finished a run"
+    a_s, a_t = ctx.runs_by_seed(small, lr), ctx.runs_by_seed(std, lr)
+    common = sorted(set(a_s) & set(a_t))
+    run_dirs = {"small": {s: a_s[s] for s in common}, "std": {s: a_t[s] for s in common}}
+    notes = []
+    if ctx.chosen.get(small.key) != ctx.chosen.get(std.key):
+        notes.append(
+            f"the arms' own chosen rates differ ({fmt_lr(ctx.chosen.get(small.key) or math.nan)} vs "
+            f"{fmt_lr(ctx.chosen.get(std.key) or math.nan)}): both are read at {fmt_lr(lr)}, the seeds "
+            "both ran there"
+        )
+    return _Pair(
+        run_dirs,
+        common,
+        f"γ = 1 vs γ = 0.5 (ε = 1e-12, no gate), both at learning rate {fmt_lr(lr)}",
+        [rd.name for d in run_dirs.values() for rd in d.values()],
+        notes,
+    )
 
 
 def plot_srank(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], title: str = "") -> str | None:

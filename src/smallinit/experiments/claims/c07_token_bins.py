@@ -145,19 +145,7 @@ def references(
 
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
-    ref_arm = ctx.roles.get("reference")
-    rr = ctx.runs_by_seed(ref_arm) if ref_arm else {}
-    neither = (rr.get(0), f"the {ref_arm.describe()} model (neither A nor B)") if ref_arm else (None, "")
-    if ctx.p.crossover is not None:
-        seeds = range(ctx.p.crossover.seeds)
-        runs_a = {s: rd for s in seeds if (rd := ctx.crossover_run("paper", s)) is not None}
-        runs_b = {s: rd for s in seeds if (rd := ctx.crossover_run("baseline", s)) is not None}
-        g = ctx.crossover_run("gamma-only")
-        fallback = (g, "the γ-only arm (γ 0.5, ε 1e-12, gate; a model from neither family)") if g else neither
-        where = " (the crossover's largest budget)"
-    else:
-        runs_a, runs_b = ctx.runs_by_seed(ctx.roles["paper"]), ctx.runs_by_seed(ctx.roles["baseline"])
-        fallback, where = neither, ""
+    runs_a, runs_b, fallback, where = _arm_runs(ctx)
     comps = references(runs_a, runs_b, fallback)
     if not comps:
         return ctx.result("token-level comparison", None, notes=["a run or the reference model did not finish"])
@@ -168,55 +156,14 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
             return ctx.result("token-level comparison", None, notes=[f"the comparison of seed {s} failed"])
         results.append((s, res, refs, words))
     v = judge([r.get("bins") or [] for _, r, _, _ in results])
-
-    def name(r: Path) -> str:  # a crossover branch is named by its arm and seed, not only its budget
-        return "/".join(r.parts[-3:]) if r.parent.parent.parent.name == "runs" else r.name
-
     for s, _, refs, words in results:
-        v.notes.append(f"seed {s}: bins by {words} ({', '.join(name(r) for r in refs)})")
+        v.notes.append(f"seed {s}: bins by {words} ({', '.join(_run_name(r) for r in refs)})")
     s0, res, refs0, ref_words = results[0]
-    bins = res.get("bins") or []
     plot = plot_delta_by_bin(
         res,
         ctx.out / "claim7_bins.png",
         title=f"Claim 7: Δ_sym by token difficulty (A = paper setting, B = baseline; seed {s0})",
     )
-    table = {
-        "title": f"per difficulty bin of the reference's loss ({res.get('n_tokens')} validation tokens; Δ_sym > 0: "
-        "the paper's setting gives the true token more probability)",
-        "columns": ["bin", "difficulty", "tokens", "mean Δ_sym", "95% CI", "mean ℓ_B − ℓ_A"],
-        "rows": [
-            [
-                b["name"],
-                f"{b['difficulty'][0]:.2f}–{b['difficulty'][1]:.2f}",
-                b["count"],
-                fmt(b["delta_sym"]["mean"]),
-                fmt_ci_pair(b["delta_sym"]["ci95"]),
-                fmt(b["loss_gain"]["mean"]),
-            ]
-            for b in bins
-        ],
-    }
-    tables = [table]
-    second = res.get("bins_mean_difficulty") or []
-    if second:
-        tables.append(
-            {
-                "title": "secondary: bins by (ℓ_A + ℓ_B)/2 — " + res.get("bins_mean_difficulty_caveat", ""),
-                "columns": ["bin", "difficulty", "tokens", "mean Δ_sym", "95% CI", "mean ℓ_B − ℓ_A"],
-                "rows": [
-                    [
-                        b["name"],
-                        f"{b['difficulty'][0]:.2f}–{b['difficulty'][1]:.2f}",
-                        b["count"],
-                        fmt(b["delta_sym"]["mean"]),
-                        fmt_ci_pair(b["delta_sym"]["ci95"]),
-                        fmt(b["loss_gain"]["mean"]),
-                    ]
-                    for b in second
-                ],
-            }
-        )
     measured = (
         "Δ_sym = (p_A − p_B)/(p_A + p_B) per validation token (A = paper setting, B = baseline, the same seed), "
         f"by quantile bins of the loss of an independent reference ({ref_words}); bootstrap 95% intervals over "
@@ -231,6 +178,72 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
             f"[{ov['ci95'][0]:+.4f}, {ov['ci95'][1]:+.4f}]): the bins show where it loses least, not where "
             "gains concentrate."
         )
+    runs = []
+    for _, ra, rb, refs, _ in comps:
+        runs += [str(r.relative_to(ctx.out)) for r in (ra, rb, *refs) if str(r.relative_to(ctx.out)) not in runs]
+    tables = _tables(res, results)
+    return ctx.result(measured + where, v, plots=[plot.name if plot else None], tables=tables, notes=notes, runs=runs)
+
+
+def _arm_runs(ctx: ClaimContext) -> tuple[dict[int, Path], dict[int, Path], tuple[Path | None, str], str]:
+    """(paper runs by seed, baseline runs by seed, the fallback reference with its words, where they come from):
+    the crossover's largest-budget runs when the preset has a crossover, else the claim's own arms."""
+    ref_arm = ctx.roles.get("reference")
+    rr = ctx.runs_by_seed(ref_arm) if ref_arm else {}
+    neither = (rr.get(0), f"the {ref_arm.describe()} model (neither A nor B)") if ref_arm else (None, "")
+    if ctx.p.crossover is None:
+        return ctx.runs_by_seed(ctx.roles["paper"]), ctx.runs_by_seed(ctx.roles["baseline"]), neither, ""
+    seeds = range(ctx.p.crossover.seeds)
+    runs_a = {s: rd for s in seeds if (rd := ctx.crossover_run("paper", s)) is not None}
+    runs_b = {s: rd for s in seeds if (rd := ctx.crossover_run("baseline", s)) is not None}
+    g = ctx.crossover_run("gamma-only")
+    fallback = (g, "the γ-only arm (γ 0.5, ε 1e-12, gate; a model from neither family)") if g else neither
+    return runs_a, runs_b, fallback, " (the crossover's largest budget)"
+
+
+def _run_name(r: Path) -> str:
+    """A reference run's name in the notes: a crossover branch by its arm, seed and budget, else its folder."""
+    return "/".join(r.parts[-3:]) if r.parent.parent.parent.name == "runs" else r.name
+
+
+_BIN_COLUMNS = ("bin", "difficulty", "tokens", "mean Δ_sym", "95% CI", "mean ℓ_B − ℓ_A")
+
+
+def _bin_rows(bins: list[dict[str, Any]]) -> list[list[Any]]:
+    """One table row per difficulty bin (columns :data:`_BIN_COLUMNS`)."""
+    return [
+        [
+            b["name"],
+            f"{b['difficulty'][0]:.2f}–{b['difficulty'][1]:.2f}",
+            b["count"],
+            fmt(b["delta_sym"]["mean"]),
+            fmt_ci_pair(b["delta_sym"]["ci95"]),
+            fmt(b["loss_gain"]["mean"]),
+        ]
+        for b in bins
+    ]
+
+
+def _tables(res: dict[str, Any], results: list[tuple]) -> list[dict[str, Any]]:
+    """The bins of the first seed pair by the reference, the secondary (ℓ_A + ℓ_B)/2 bins when present, and the
+    parts per seed pair when there are several."""
+    tables = [
+        {
+            "title": f"per difficulty bin of the reference's loss ({res.get('n_tokens')} validation tokens; Δ_sym > 0: "
+            "the paper's setting gives the true token more probability)",
+            "columns": list(_BIN_COLUMNS),
+            "rows": _bin_rows(res.get("bins") or []),
+        }
+    ]
+    second = res.get("bins_mean_difficulty") or []
+    if second:
+        tables.append(
+            {
+                "title": "secondary: bins by (ℓ_A + ℓ_B)/2 — " + res.get("bins_mean_difficulty_caveat", ""),
+                "columns": list(_BIN_COLUMNS),
+                "rows": _bin_rows(second),
+            }
+        )
     if len(results) > 1:
         tables.append(
             {
@@ -242,7 +255,4 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
                 ],
             }
         )
-    runs = []
-    for _, ra, rb, refs, _ in comps:
-        runs += [str(r.relative_to(ctx.out)) for r in (ra, rb, *refs) if str(r.relative_to(ctx.out)) not in runs]
-    return ctx.result(measured + where, v, plots=[plot.name if plot else None], tables=tables, notes=notes, runs=runs)
+    return tables

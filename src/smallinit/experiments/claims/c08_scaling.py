@@ -114,12 +114,54 @@ def _judge(
     baseline: Sequence[tuple], variant: Sequence[tuple[float, float, float | None]], paper_gain: float, n_boot: int
 ) -> Verdict:
     """:func:`judge` before the declared budget is applied."""
-    from smallinit.analysis.scaling import ScalingError, effective_size, fit_scaling_law
+    from smallinit.analysis.scaling import ScalingError, fit_scaling_law
 
     try:
         fit = fit_scaling_law([b[0] for b in baseline], [b[1] for b in baseline])
     except ScalingError as e:
         return Verdict(INCONCLUSIVE, notes=[str(e)])
+    rows, notes = _variant_rows(fit, baseline, variant, n_boot)
+    nums: dict[str, Any] = {"fit": fit.to_dict(), "variants": rows, "paper_gain": paper_gain}
+    if not rows:
+        return Verdict(INCONCLUSIVE, [], nums, notes + ["no paper-setting runs"])
+    # the decisive figure: the largest size whose figure is an interpolation (a gain > 0 at the largest baseline
+    # size always has N_eff beyond the fitted range, so the largest size alone could never support the claim)
+    inside = [r for r in rows if r["gain"] is not None and not r["extrapolated"]]
+    row = inside[-1] if inside else rows[-1]
+    gi = row.get("gain_interval")
+    e, e44 = _gain_effect(row, n_boot), _paper_effect(gi, paper_gain)
+    if gi is not None:
+        nums["paper_gain_in_interval"] = bool(gi[0] <= paper_gain <= gi[1])
+    if inside:
+        nums["decisive_N"] = row["N"]
+        if row is not rows[-1]:
+            notes.append(
+                f"the figure at the largest size is extrapolated: the verdict uses N={row['N']:.3g}, the "
+                "largest size whose N_eff and loss lie inside the fitted range"
+            )
+    why = _why_no_verdict(fit, row, bool(inside))
+    verdict = combine([e.verdict, e44.verdict])
+    if why:
+        would = f" (the gain {row['gain']:+.3g} would read '{verdict}')" if row["gain"] is not None else ""
+        notes.append(f"inconclusive{would}: " + "; ".join(why))
+        interval = f" {fmt_ci_pair(gi, pct=True)}" if gi else ""
+        noise = f"no verdict: {'; '.join(why)}; interval{interval}" if gi else f"no verdict: {'; '.join(why)}"
+        return Verdict(INCONCLUSIVE, [Effect(e.label, e.value, noise=noise)], nums, notes)
+    if e.verdict == "supported" and e44.verdict == "not supported":
+        notes.append(
+            f"γ = 1 is worth more parameters here, but reliably less than the paper's +{paper_gain:.0%} "
+            f"(interval {fmt_ci_pair(gi, pct=True)})"
+        )
+    return Verdict(verdict, [e, e44], nums, notes)
+
+
+def _variant_rows(
+    fit, baseline: Sequence[tuple], variant: Sequence[tuple[float, float, float | None]], n_boot: int
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """(rows, notes): each variant size's N_eff and gain off the baseline law, its bootstrap interval, whether it is
+    extrapolated (N_eff outside the fitted sizes or the loss outside the fitted losses), smallest size first."""
+    from smallinit.analysis.scaling import effective_size
+
     l_lo, l_hi = fit.L_range
     rows, notes = [], []
     for n, l, hw in sorted(variant):
@@ -143,81 +185,55 @@ def _judge(
                 f"N={n:.3g}: variant loss {l:.4g} lies outside the baseline's fitted loss range "
                 f"[{l_lo:.4g}, {l_hi:.4g}] (extrapolated)"
             )
-    nums: dict[str, Any] = {"fit": fit.to_dict(), "variants": rows, "paper_gain": paper_gain}
-    if not rows:
-        return Verdict(INCONCLUSIVE, [], nums, notes + ["no paper-setting runs"])
-    # the decisive figure: the largest size whose figure is an interpolation (a gain > 0 at the largest baseline
-    # size always has N_eff beyond the fitted range, so the largest size alone could never support the claim)
-    inside = [r for r in rows if r["gain"] is not None and not r["extrapolated"]]
-    row = inside[-1] if inside else rows[-1]
+    return rows, notes
+
+
+def _gain_effect(row: dict[str, Any], n_boot: int) -> Effect:
+    """Part (a): the gain at the decisive size with its bootstrap interval (none when undefined or noiseless)."""
     label = f"(a) effective-size gain N_eff/N − 1 at N={row['N']:.3g}"
     gi = row.get("gain_interval")
     if row["gain"] is None:
-        e = Effect(label, None, noise="undefined")
-    elif gi is None:
-        e = Effect(label, row["gain"], noise="no noise estimate")
-    else:  # the upper end is +inf when draws put L − noise at or below the fitted E
-        e = Effect(
-            label,
-            row["gain"],
-            gi[0],
-            gi[1],
-            f"bootstrap 95% of the fit ({n_boot} refits: residuals, baseline and variant loss noise)",
-        )
+        return Effect(label, None, noise="undefined")
+    if gi is None:
+        return Effect(label, row["gain"], noise="no noise estimate")
+    # the upper end is +inf when draws put L − noise at or below the fitted E
+    return Effect(
+        label,
+        row["gain"],
+        gi[0],
+        gi[1],
+        f"bootstrap 95% of the fit ({n_boot} refits: residuals, baseline and variant loss noise)",
+    )
+
+
+def _paper_effect(gi: list[float] | None, paper_gain: float) -> Effect:
+    """Part (b): the upper end of (a)'s interval − the paper's gain (< 0: reliably below the paper's)."""
     up = gi[1] - paper_gain if gi is not None and gi[1] is not None else None
-    e44 = Effect(
+    return Effect(
         f"(b) upper end of the gain interval − {paper_gain:g} (< 0: reliably below the paper's +{paper_gain:.0%})",
         up,
         up,
         up,
         "the interval of (a)",
     )
-    if gi is not None:
-        nums["paper_gain_in_interval"] = bool(gi[0] <= paper_gain <= gi[1])
+
+
+def _why_no_verdict(fit, row: dict[str, Any], any_inside: bool) -> list[str]:
+    """The reasons the verdict is inconclusive whatever the interval: every figure extrapolated or undefined, and
+    a fit through fewer than :data:`MIN_SIZES_FOR_VERDICT` sizes; empty when there is none."""
     why = []
-    if not inside:
+    if not any_inside:
         shown = f"{row['gain']:+.3g}" if row["gain"] is not None else "undefined"
         why.append(
             f"every figure is extrapolated or undefined (at the largest size the gain {shown} is read off the "
             "law outside the range it was fitted on)"
         )
-    else:
-        nums["decisive_N"] = row["N"]
-        if row is not rows[-1]:
-            notes.append(
-                f"the figure at the largest size is extrapolated: the verdict uses N={row['N']:.3g}, the "
-                "largest size whose N_eff and loss lie inside the fitted range"
-            )
     if fit.n_sizes < MIN_SIZES_FOR_VERDICT:
         why.append(
             f"the fit goes through {fit.n_sizes} sizes, and 3 parameters through 3 points interpolate them, so "
             f"the law's form is unchecked (a verdict needs ≥ {MIN_SIZES_FOR_VERDICT} sizes)"
         )
-    verdict = combine([e.verdict, e44.verdict])
-    if why:
-        would = f" (the gain {row['gain']:+.3g} would read '{verdict}')" if row["gain"] is not None else ""
-        notes.append(f"inconclusive{would}: " + "; ".join(why))
-        interval = f" {fmt_ci_pair(gi, pct=True)}" if gi else ""
-        return Verdict(
-            INCONCLUSIVE,
-            [
-                Effect(
-                    label,
-                    e.value,
-                    noise=f"no verdict: {'; '.join(why)}; interval{interval}"
-                    if gi
-                    else f"no verdict: {'; '.join(why)}",
-                )
-            ],
-            nums,
-            notes,
-        )
-    if e.verdict == "supported" and e44.verdict == "not supported":
-        notes.append(
-            f"γ = 1 is worth more parameters here, but reliably less than the paper's +{paper_gain:.0%} "
-            f"(interval {fmt_ci_pair(gi, pct=True)})"
-        )
-    return Verdict(verdict, [e, e44], nums, notes)
+    return why
 
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
