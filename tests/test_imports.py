@@ -138,10 +138,6 @@ LONG_FUNCTIONS = {  # "path under src/smallinit:qualified name": why splitting w
         "a training loop read top to bottom: model, optimizer, the steps with evaluation, logging and early stop, "
         "the result (the folder check, the data sets and the files written are apart)"
     ),
-    "experiments/launcher.py:Launcher.execute": (
-        "one event loop over local state (waiting, in flight, results) that its three closures share: submit what "
-        "is ready, wait, settle what ended; split, that state would travel through every piece"
-    ),
 }
 
 

@@ -1,6 +1,7 @@
 """The cluster launcher (issue 32, item 1): a plan's jobs through submitit — its LocalExecutor (real processes) for
 runs, a fake ``sbatch`` on PATH for the SLURM scripts — with the local path's numbers, skip and resume rules, and
-``smallinit status``."""
+``smallinit status``; and the one job runner's policy on a cluster (issue 33, item 2: a fake launcher behind the
+JobRunner): failed.json, no resubmission without retry_failed, a branch queued behind its trunk."""
 
 from __future__ import annotations
 
@@ -80,9 +81,9 @@ def test_a_crossover_through_submitit_gives_the_local_runners_numbers_and_a_reru
             trunk = out / Path(j["run"]).parent / "trunk" / "summary.json"
             assert j["submitted"] >= trunk.stat().st_mtime
     assert sum(" done " in line for line in logs) == 8
-    logs.clear()  # the same command again: every run finished, nothing submitted
+    logs.clear()  # the same command again: every run finished, nothing submitted (the local runner's log line)
     run_crossover(_spec(token_dir), out, log=logs.append, n_boot=20, launcher=_local_launcher(out, logs.append))
-    assert len(read_jobs(out)) == 8 and sum(" skipped " in line for line in logs) == 8
+    assert len(read_jobs(out)) == 8 and any("8/8 already finished" in line for line in logs), logs
 
 
 @pytest.mark.slow  # the fixture above
@@ -313,3 +314,156 @@ def test_cluster_option_errors_are_one_line_before_any_work(extra, problem, tmp_
     if "--partition" in extra:  # and status of a folder without cluster jobs
         assert cli(["status", str(tmp_path)]) == 2
         assert "has no cluster jobs" in capsys.readouterr().err
+
+
+# ---- the one job runner on a cluster: the launcher only submits and waits (a fake launcher, no submitit) ------------
+
+
+class _FakeSubmitted:
+    def __init__(self, job_id: str, job):
+        self.job_id, self.job = job_id, job
+
+
+class _FakeLauncher:
+    """The backend surface a JobRunner uses (submit_jobs, wait, exit_status, again, cancel): each wait ends the
+    earliest submitted job in flight, with the exit status given for its name (0 writes its summary, else an
+    ``error:`` line in its log, as main does); ``slurm``: jobs may be queued behind jobs in flight."""
+
+    def __init__(self, rcs=None, slurm=True, again=()):
+        self.rcs, self.slurm, self.again_for = dict(rcs or {}), slurm, set(again)
+        self.submitted: list[tuple[list[str], str | None]] = []
+        self.cancelled: list[str] = []
+        self.n = 999
+
+    def submit_jobs(self, jobs, dependency=None, log=None):
+        self.submitted.append(([j.name for j in jobs], dependency))
+        out = []
+        for j in jobs:
+            self.n += 1
+            out.append(_FakeSubmitted(str(self.n), j))
+        return out
+
+    def wait(self, flying, log=None):
+        return [min(flying, key=lambda s: int(s.job_id))]
+
+    def exit_status(self, s, job):
+        rc = self.rcs.pop(job.name, 0) if job.name in self.again_for else self.rcs.get(job.name, 0)
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if rc == 0:
+            job.run_dir.mkdir(parents=True, exist_ok=True)
+            (job.run_dir / "summary.json").write_text(json.dumps({"completed": True, "step": 10**9}))
+        elif rc == 2:
+            job.log_path.write_text(f"$ cluster job {s.job_id}\nerror: boom in {job.name}\n")
+        return rc
+
+    def again(self, s, run_dir, log):
+        return s.job.name in self.again_for
+
+    def cancel(self, s):
+        self.cancelled.append(s.job_id)
+
+
+def _crossover_jobs(tmp_path):
+    """Trunks a and b, a's branch D1, b's branches D1 and D2 (crossover jobs: a branch waits for its trunk)."""
+    from smallinit.config import RunConfig
+    from smallinit.experiments.crossover_runs import crossover_job
+
+    def job(kind, arm, name, trunk=None):
+        run = tmp_path / "runs" / arm / "seed0" / name
+        return crossover_job(kind, arm, 0, run, RunConfig(), trunk, 1 if trunk else 0)
+
+    ta, tb = job("trunk", "a", "trunk"), job("trunk", "b", "trunk")
+    return [ta, tb, job("branch", "a", "D1", ta), job("branch", "b", "D1", tb), job("branch", "b", "D2", tb)]
+
+
+def _run_on(launcher, jobs, retry_failed=False):
+    from smallinit.experiments.runner import JobRunner
+
+    logs: list[str] = []
+    runner = JobRunner(jobs, 1, log=logs.append, title="crossover", launcher=launcher, retry_failed=retry_failed)
+    return {n: r.state for n, r in runner.run().items()}, logs
+
+
+def test_a_failed_cluster_job_gets_failed_json_and_is_submitted_again_only_with_retry_failed(tmp_path):
+    """SLURM-like: the trunks as one array, each trunk's branches queued behind it (afterok); trunk a fails (exit
+    status 2): failed.json as locally (its error line, log tail), its queued branch cancelled and blocked. The same
+    run again submits nothing (a failed run is not retried, finished ones are skipped, the branch stays blocked);
+    with retry_failed the trunk goes again, its branch queued behind the new job."""
+    jobs = _crossover_jobs(tmp_path)
+    ta, tb, a1, b1, b2 = jobs
+    fake = _FakeLauncher({ta.name: 2})
+    states, _ = _run_on(fake, jobs)
+    assert states == {ta.name: "failed", tb.name: "done", a1.name: "blocked", b1.name: "done", b2.name: "done"}
+    assert fake.submitted == [
+        ([ta.name, tb.name], None),
+        ([a1.name], "afterok:1000"),
+        ([b1.name, b2.name], "afterok:1001"),
+    ]
+    assert fake.cancelled == ["1002"]  # a's branch, queued behind the trunk that failed
+    failed = json.loads((ta.run_dir / "failed.json").read_text())
+    assert failed["rc"] == 2 and failed["error"] == f"boom in {ta.name}" and failed["log"] == str(ta.log_path)
+    assert failed["log_tail"].endswith(f"error: boom in {ta.name}")
+    assert not (a1.run_dir / "failed.json").exists()  # blocked: nothing written
+
+    again = _FakeLauncher()
+    states, logs = _run_on(again, _crossover_jobs(tmp_path))
+    assert again.submitted == [] and states[ta.name] == "failed" and states[a1.name] == "blocked"
+    assert any("4/5 already finished (1 failed earlier; not retried)" in line for line in logs), logs
+    assert (ta.run_dir / "failed.json").exists()
+
+    retry = _FakeLauncher()
+    states, _ = _run_on(retry, _crossover_jobs(tmp_path), retry_failed=True)
+    assert retry.submitted == [([ta.name], None), ([a1.name], "afterok:1000")]
+    assert set(states.values()) == {"done"} and not (ta.run_dir / "failed.json").exists()
+
+
+def test_without_dependencies_a_branch_is_submitted_once_its_trunk_is_done(tmp_path):
+    """LocalExecutor-like (no afterok): each trunk's branches go as their own array when that trunk is done."""
+    jobs = _crossover_jobs(tmp_path)
+    ta, tb, a1, b1, b2 = jobs
+    fake = _FakeLauncher(slurm=False)
+    states, _ = _run_on(fake, jobs)
+    assert set(states.values()) == {"done"}
+    assert fake.submitted == [([ta.name, tb.name], None), ([a1.name], None), ([b1.name, b2.name], None)]
+
+
+def test_a_trunk_stopped_by_its_time_limit_goes_again_with_its_branches_queued_behind_the_new_job(tmp_path):
+    """A trunk's job ends at its time limit (143) and Launcher.again says go again: the trunk is resubmitted, the
+    branches queued behind its old job are taken back and queued behind the new one; nothing is failed."""
+    jobs = _crossover_jobs(tmp_path)
+    ta, tb, a1, b1, b2 = jobs
+    fake = _FakeLauncher({tb.name: 143}, again=[tb.name])
+    states, _ = _run_on(fake, jobs)
+    assert set(states.values()) == {"done"} and not list(tmp_path.rglob("failed.json"))
+    assert fake.submitted[3:] == [([tb.name], None), ([b1.name, b2.name], "afterok:1005")]
+    assert sorted(fake.cancelled) == ["1003", "1004"]
+
+
+@pytest.mark.slow  # 2 real processes
+def test_a_failed_job_through_submitit_leaves_failed_json_and_a_rerun_submits_it_only_with_retry_failed(tmp_path):
+    """A real LocalExecutor job whose run exits with an error (its corpus is broken: an empty meta.json): its job
+    fails (RunNotFinished, exit status 2), failed.json has the run's own error line; the same command submits
+    nothing; --retry-failed submits it again."""
+    from smallinit.experiments.cluster_status import job_states, read_jobs
+    from smallinit.experiments.sweep import parse_sweep, run_sweep
+
+    (tmp_path / "no-corpus").mkdir()
+    (tmp_path / "no-corpus" / "meta.json").write_text("{}")
+    over = tiny_overrides(tmp_path / "no-corpus")
+    spec = parse_sweep({"base": "tiny", "overrides": over, "runs": [{"name": "one", "model.gamma": 1.0}]})
+    out = tmp_path / "sweep"
+
+    def sweep(**kw):
+        return run_sweep(spec, out, 1, gflops=20, log=lambda s: None, launcher=_local_launcher(out), **kw)["one"]
+
+    first = sweep()
+    assert first.state == "failed" and first.rc == 2 and "no-corpus" in first.error
+    failed = json.loads((out / "one" / "failed.json").read_text())
+    assert failed["rc"] == 2 and failed["error"] == first.error and failed["log"] == str(out / "jobs" / "one.log")
+    assert f"error: {first.error}" in failed["log_tail"]
+    (status,), _ = job_states(out)
+    assert status.state == "failed" and "no-corpus" in status.detail
+    again = sweep()
+    assert again.state == "failed" and again.skipped and len(read_jobs(out)) == 1
+    retried = sweep(retry_failed=True)
+    assert retried.state == "failed" and not retried.skipped and len(read_jobs(out)) == 2

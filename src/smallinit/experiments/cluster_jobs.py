@@ -1,11 +1,12 @@
-"""One cluster job, from the job's side: what a submitted job runs on its node (:func:`run_job_file` for a sweep or
-reproduce job, :func:`run_crossover_job` for a crossover's) and :class:`Submitted`, the handle on a job in flight
-(done, SLURM state, outcome, cancel) that :class:`smallinit.experiments.launcher.Launcher` submits and waits for."""
+"""One cluster job, from the job's side: what a submitted job runs on its node (:func:`run_job_file`, for every job
+of sweep, reproduce and crossover) and :class:`Submitted`, the handle on a job in flight (done, SLURM state, outcome,
+cancel) that :class:`smallinit.experiments.launcher.Launcher` submits and waits for."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,13 +14,19 @@ from typing import Any
 
 from smallinit.experiments.cluster_status import local_alive, sacct_states
 
-__all__ = ["RunNotFinished", "Submitted", "checkpoint_step", "last_line", "run_crossover_job", "run_job_file"]
+__all__ = ["RunNotFinished", "Submitted", "checkpoint_step", "exit_status_of", "last_line", "run_job_file"]
+
+
+class RunNotFinished(Exception):
+    """Raised by :func:`run_job_file` for a run that did not finish (``exit status N``): its job fails, so jobs queued
+    behind it (``afterok``: a crossover trunk's branches) never start from a run that is not there."""
 
 
 def run_job_file(job_file: str, log_path: str) -> int:
-    """What a submitted sweep or reproduce job runs on its node: :func:`smallinit.experiments.job.main` on the job's
-    file, resuming a partial run (decided here, at start), its output appended to the job's log — as the local
-    runner's subprocess. Returns main's exit status (0 done, 2 error, 128 + the signal when stopped)."""
+    """What a submitted job runs on its node: :func:`smallinit.experiments.job.main` on the job's file, resuming a
+    partial run (decided here, at start), its output appended to the job's log — as the local runner's subprocess.
+    Returns 0 when the run is done; else raises :class:`RunNotFinished` with main's exit status (2 error, 1 crash,
+    128 + the signal when stopped), which :func:`exit_status_of` reads back from the job's result."""
     from smallinit.experiments.job import main, read_job_file
     from smallinit.runs.rundir import run_state
 
@@ -28,23 +35,16 @@ def run_job_file(job_file: str, log_path: str) -> int:
     where = os.environ.get("SLURM_JOB_ID") or f"pid {os.getpid()}"
     with open(log_path, "a", buffering=1) as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         print(f"\n$ cluster job {where}: {job.task} {job.name}{' --resume' if resume else ''}")
-        return main([job_file, *(["--resume"] if resume else [])])
+        rc = main([job_file, *(["--resume"] if resume else [])])
+    if rc != 0:
+        raise RunNotFinished(f"exit status {rc}")
+    return 0
 
 
-class RunNotFinished(Exception):
-    """Raised by :func:`run_crossover_job` for a run that did not finish ("STATE: error"): its job fails, so jobs
-    queued behind it (``afterok``: its branches) never start from a trunk that is not there."""
-
-
-def run_crossover_job(job: Any) -> tuple[str, str | None]:
-    """What a submitted crossover job runs on its node: :func:`smallinit.experiments.crossover_runs.run_job`;
-    (state, error) when its run is done, else :class:`RunNotFinished`."""
-    from smallinit.experiments.crossover_runs import run_job
-
-    state, err = run_job(job)
-    if state not in ("done", "skipped"):
-        raise RunNotFinished(f"{state}: {err}")
-    return state, err
+def exit_status_of(traceback: str) -> int | None:
+    """The exit status a :class:`RunNotFinished` in a job's traceback carries (None: the job raised something else)."""
+    m = re.search(r"RunNotFinished: exit status (-?\d+)", traceback)
+    return int(m.group(1)) if m else None
 
 
 def checkpoint_step(run_dir: Path | None) -> int:

@@ -121,7 +121,7 @@ def _status(r: dict[str, Any], out: Path, live: str | None) -> JobStatus:
     elif state == "failed":
         s.state, s.detail = "failed", str((read_json(run / "failed.json") or {}).get("error", ""))[:120]
     elif ended:
-        why = "" if live in (None, "COMPLETED", "ENDED") else f"{live}; "
+        why = "" if live in (None, "COMPLETED", "FAILED", "ENDED") else f"{live}; "  # FAILED: RunNotFinished
         s.state, s.detail = "failed", f"{why}stopped at {_progress(run)} (rerun the command to resume)"
     elif state == "partial":  # nothing to ask: judged from the run folder
         s.state, s.detail = "running", _progress(run)

@@ -7,7 +7,8 @@ branch is task "train" laid out from its trunk's checkpoint (``branch_from``) an
 (``after``): it starts as soon as its own trunk is done, not when every trunk is. A tuning run is task "train". The
 runner's policy holds for all of them: failures get ``failed.json`` and are not retried unless asked, logs are in
 ``runs/ARM/seedS/jobs/RUN.log`` (``runs/ARM/tune/jobs/``), an interruption stops the batch, and no worker outlives
-the process that started it. Every run trains with the training probes when ``probe.every`` > 0.
+the process that started it. With ``--launcher slurm`` the same runner submits them as cluster jobs (a branch
+queued behind its trunk), under the same policy. Every run trains with the training probes when ``probe.every`` > 0.
 """
 
 from __future__ import annotations
@@ -64,15 +65,10 @@ def crossover_job(
     )
 
 
-def is_finished(job: CrossoverJob) -> bool:
-    """Its run is done and as long as ``job`` asks: a finished trunk asked for more steps (a larger D) is not."""
-    return job.state() == "done"
-
-
 def run_job(job: CrossoverJob) -> tuple[str, str | None]:
     """Train, resume or branch ``job`` to completion in this process, its output appended to its log; returns
-    (state, error line): "skipped" when it was finished. What a cluster job runs on its node
-    (:func:`smallinit.experiments.launcher.run_crossover_job`), where a run that failed before is retried."""
+    (state, error line): "skipped" when it was finished. One run by hand (tests, a notebook): a run that failed
+    before is retried, and nothing is written on failure — :func:`execute` is the policy (the runner's)."""
     from smallinit.core.errors import Interrupted, SmallinitError
     from smallinit.experiments.job import crash_line
     from smallinit.experiments.job import run_job as run_here
@@ -151,19 +147,29 @@ def execute(
     An interruption (Ctrl-C, SIGINT/SIGTERM to this process or to one worker) stops the whole batch: the running
     runs checkpoint, :class:`~smallinit.core.errors.Interrupted` is raised, and a rerun resumes them.
 
-    ``launcher`` (a :class:`smallinit.experiments.launcher.Launcher`): the same jobs, submitted to a cluster."""
+    ``launcher`` (a :class:`smallinit.experiments.launcher.Launcher`): the same jobs and runner, as cluster jobs
+    (each run with ``threads``, else ``--cpus-per-job``, else as here); runs that stopped before their end there
+    (an interruption stops nothing on a cluster) raise RunDirError once nothing is in flight: a rerun resumes them."""
+    from smallinit.core.errors import RunDirError
     from smallinit.experiments.runner import JobRunner
 
-    if launcher is not None:
-        return launcher.execute(jobs, log, threads)
-    assign_threads(jobs, workers, threads)
+    cpus = (launcher.options.cpus_per_job or 0) if launcher is not None else 0
+    assign_threads(jobs, workers if launcher is None else 1, threads or cpus)
     plan_seconds(jobs, gflops)
-    here = workers <= 1 if inprocess is None else inprocess
-    results = JobRunner(jobs, workers, inprocess=here, retry_failed=retry_failed, log=log, title=TITLE).run()
+    here = (workers <= 1 if inprocess is None else inprocess) and launcher is None
+    results = JobRunner(
+        jobs, workers, inprocess=here, retry_failed=retry_failed, log=log, title=TITLE, launcher=launcher
+    ).run()
     out: dict[Path, tuple[str, str | None]] = {}
     for j in jobs:
         r = results[j.name]
         out[j.run_dir] = ("skipped" if r.skipped and r.state == "done" else r.state, r.error)
+    stopped = [p for p, r in out.items() if r[0] == "interrupted"]
+    if stopped and launcher is not None:
+        raise RunDirError(
+            f"{len(stopped)} run(s) stopped before their end (first: {stopped[0]}: {out[stopped[0]][1]}); rerun the "
+            "same command to resume them"
+        )
     return out
 
 
@@ -173,7 +179,6 @@ __all__ = [
     "batch_threads",
     "crossover_job",
     "execute",
-    "is_finished",
     "make_branch",
     "plan_seconds",
     "run_job",

@@ -1,23 +1,31 @@
 """Running a plan's jobs on a cluster through submitit: what ``--launcher slurm`` changes, and only that.
 
-The plan is the local path's (:class:`smallinit.experiments.job.Job` lists for ``sweep`` and ``reproduce``,
-:class:`smallinit.experiments.crossover_runs.CrossoverJob` lists for ``crossover``), with the same rules for what is
-finished and what resumes; a :class:`Launcher` turns it into submitit submissions — the jobs that can start together
-as one SLURM job array — and waits for them. A submitted job calls the library function the local runner's worker calls
-(:func:`smallinit.experiments.job.main` on the job's file, :func:`smallinit.experiments.crossover_runs.run_job`;
-through :mod:`smallinit.experiments.cluster_jobs`), never the command line.
+The plan, and what to do with each job, are the local path's: the one
+:class:`~smallinit.experiments.runner.JobRunner` runs every :class:`~smallinit.experiments.job.Job` of ``sweep``,
+``reproduce`` and ``crossover`` (crossover's :class:`~smallinit.experiments.crossover_runs.CrossoverJob` s too), and
+with a :class:`Launcher` it submits them instead of starting processes. The runner decides (the same functions as
+locally): a finished run is skipped, a partial one resumes, a failed one (``failed.json``) is not run again unless
+``--retry-failed``, a job waits for its ``after``, a job that ended with an error gets ``failed.json`` (its ``error:``
+line and log tail, written by this process from the job's log). The launcher only submits (the jobs that can start
+together as one SLURM job array) and waits. A submitted job calls the library function the local runner's worker calls
+(:func:`smallinit.experiments.job.main` on the job's file, through :func:`~.cluster_jobs.run_job_file`), never the
+command line; its job fails when its run did not finish.
 
 * Order: a crossover branch waits for its trunk (``--dependency=afterok:TRUNK`` while the trunk is in flight; with
-  submitit's LocalExecutor, which has no dependencies, the branch is submitted when its trunk is done). The phases
-  (tuning runs, the runs, reproduce's extra seeds, its analysis) follow one another as locally: this process waits.
-* Rerunning the same command skips finished runs, resumes interrupted or failed ones from their checkpoints (as
-  locally), and waits for jobs of an earlier submission still pending or running instead of submitting them twice.
+  submitit's LocalExecutor, which has no dependencies, the branch is submitted when its trunk is done); a branch of a
+  trunk that did not finish is "blocked" (its queued job cancelled). The phases (tuning runs, the runs, reproduce's
+  extra seeds, its analysis) follow one another as locally: this process waits.
+* Rerunning the same command skips finished runs, resumes interrupted ones from their checkpoints, leaves failed ones
+  alone unless ``--retry-failed`` (as locally), and waits for jobs of an earlier submission still pending or running
+  instead of submitting them twice.
 * Time limits: a job gets SIGTERM :data:`STOP_SECONDS` before its limit, its run checkpoints and stops, and (SLURM)
   it is submitted again at once to resume there — while each job moves its run on and none was cancelled (scancel).
+  A run stopped otherwise (killed, cancelled) is "interrupted" and a rerun resumes it; unlike locally, the other jobs
+  in flight go on (they are the cluster's, not this process's children).
 
 ``OUT/cluster/jobs.json`` lists every submission (run folder, job id; written beside and renamed); submitit's
-scripts, pickles and each job's output are in ``OUT/cluster/logs/``. ``smallinit status OUT`` reads them
-(:mod:`smallinit.experiments.cluster_status`).
+scripts, pickles and each job's output are in ``OUT/cluster/logs/``; each run's own log is where the local runner
+keeps it (``RUN/../jobs/RUN.log``). ``smallinit status OUT`` reads them (:mod:`smallinit.experiments.cluster_status`).
 """
 
 from __future__ import annotations
@@ -26,14 +34,14 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from smallinit.core.errors import ConfigError, RunDirError
 from smallinit.core.io import atomic_write_json
-from smallinit.experiments.cluster_jobs import Submitted, checkpoint_step, last_line, run_crossover_job, run_job_file
+from smallinit.experiments.cluster_jobs import Submitted, checkpoint_step, exit_status_of, last_line, run_job_file
 from smallinit.experiments.cluster_status import ACTIVE, CLUSTER_DIR, latest_jobs, local_alive, read_jobs, sacct_states
 
 EXECUTORS = ("slurm", "local")
@@ -148,10 +156,9 @@ Item = tuple[str, Any, Callable[..., Any], tuple]
 
 
 class Launcher:
-    """Submits jobs with ``options`` and waits for them, recording each submission in ``OUT/cluster/jobs.json``.
-
-    :meth:`execute` runs a crossover's jobs (:func:`smallinit.experiments.crossover_runs.execute`'s contract),
-    :meth:`run_jobs` a :class:`~smallinit.experiments.runner.JobRunner`'s, :meth:`call` one function (reproduce's
+    """Submits jobs with ``options`` and waits for them, recording each submission in ``OUT/cluster/jobs.json``: the
+    backend of a :class:`~smallinit.experiments.runner.JobRunner` made with ``launcher=`` (:meth:`submit_jobs`,
+    :meth:`wait`, :meth:`exit_status`, :meth:`again`, :meth:`cancel`), and :meth:`call` for one function (reproduce's
     analysis). Checks the options and this machine when made, before any work."""
 
     def __init__(self, options: ClusterOptions, out: str | os.PathLike, log: Callable[[str], None] | None = None):
@@ -315,135 +322,38 @@ class Launcher:
         if self.options.cpus_per_job:
             getattr(config, "train", config).threads = self.options.cpus_per_job
 
-    # -- the three kinds of work
-    def run_jobs(self, jobs: list[Any], log: Callable[[str], None] | None = None) -> Iterator[tuple[Any, int]]:
-        """Submit :class:`~smallinit.experiments.job.Job` s (one array; each runs :func:`run_job_file`) and yield
-        (job, exit status) as each ends: what main returned; 1 for a crash outside it; −9 (interrupted: a rerun
-        resumes it) for a job that ended without a result — killed, cancelled, out of time."""
+    # -- the two kinds of work
+    def submit_jobs(
+        self, jobs: list[Any], dependency: str | None = None, log: Callable[[str], None] | None = None
+    ) -> list[Submitted]:
+        """Submit :class:`~smallinit.experiments.job.Job` s as one array (``dependency``: e.g. "afterok:12_0:12_1"),
+        each running :func:`run_job_file` on its job file; one :class:`Submitted` per job. Which jobs, when, and what
+        their endings mean is :class:`~smallinit.experiments.runner.JobRunner`'s."""
         from smallinit.experiments.job import write_job_file
 
-        log = log or self.log
-        items: dict[Any, Item] = {}
+        items: list[Item] = []
         for j in jobs:
             self._threads(j.config)
             f = write_job_file(j, j.log_path.with_suffix(".json"))
-            items[j.name] = (self.key(j.run_dir), j.run_dir, run_job_file, (str(f), str(j.log_path)))
-        what = "+".join(sorted({j.task for j in jobs}))
-        flying = dict(zip(self.submit(list(items.values()), what, log=log), jobs)) if jobs else {}
-        while flying:
-            for s in self.wait(list(flying), log):
-                job = flying.pop(s)
-                kind, value = s.outcome()
-                if kind == "result":
-                    rc = int(value)
-                else:
-                    why = (
-                        last_line(value) if kind == "error" else f"its job {s.job_id} ended without a result ({value})"
-                    )
-                    with open(job.log_path, "a") as f:
-                        f.write(f"error: {why}; the job's output: {s.output}\n")
-                    rc = 1 if kind == "error" or value == "FAILED" else -9
-                if (rc < 0 or rc in (130, 143)) and job.resumable and self.again(s, job.run_dir, log):
-                    flying[self.submit([items[job.name]], what, log=log)[0]] = job
-                    continue
-                yield job, rc
+            items.append((self.key(j.run_dir), j.run_dir, run_job_file, (str(f), str(j.log_path))))
+        what = "+".join(sorted({getattr(j, "kind", j.task) for j in jobs}))  # a crossover's: trunk, branch, tune
+        return self.submit(items, what, dependency, log) if jobs else []
 
-    def _crossover_result(self, s: Submitted) -> tuple[str, str | None]:
+    def exit_status(self, s: Submitted, job: Any) -> int:
+        """The exit status of ``job``'s ended job ``s``, as the local runner's subprocess would give it: main's (0
+        done, 2 error, 128 + the signal when stopped); 1 for a crash outside it; −9 (interrupted: a rerun resumes it)
+        for a job that ended without a result — killed, cancelled, out of time. What went wrong outside main is
+        appended to the job's log as its ``error:`` line (the runner keeps it in ``failed.json``)."""
         kind, value = s.outcome()
         if kind == "result":
-            return tuple(value)
-        if kind == "error":
-            m = re.search(r"RunNotFinished: (\w+): (.*)", value)
-            if m:
-                return m.group(1), None if m.group(2) == "None" else m.group(2)
-            return "failed", f"{last_line(value)} (the job's output: {s.output})"
-        return (
-            "failed" if value == "FAILED" else "interrupted",
-            f"its job {s.job_id} ended without a result ({value}); its output: {s.output}",
-        )
-
-    def execute(
-        self, jobs: list[Any], log: Callable[[str], None], threads: int = 0
-    ) -> dict[Path, tuple[str, str | None]]:
-        """:func:`smallinit.experiments.crossover_runs.execute` on the cluster: the same jobs, results and log lines.
-
-        A branch whose trunk is in flight is queued behind it (``afterok``), or submitted when the trunk is done
-        (no dependencies); a branch of a trunk that did not finish is "blocked" (its queued job cancelled). Runs
-        stopped before their end and not submitted again (:meth:`again`) raise RunDirError once nothing else is in
-        flight: the same command, rerun, resumes them."""
-        from smallinit.experiments.crossover_runs import assign_threads, is_finished
-
-        assign_threads(jobs, 1, threads or self.options.cpus_per_job or 0)
-        results: dict[Path, tuple[str, str | None]] = {}
-
-        def report(j, r: tuple[str, str | None]) -> None:
-            results[j.run_dir] = r
-            extra = f": {r[1]}" if r[1] else ""
-            log(f"[crossover] {len(results)}/{len(jobs)} {r[0]} {j.arm} seed {j.seed} {j.run_dir.name}{extra}")
-
-        waiting = []
-        for j in jobs:
-            if is_finished(j):
-                report(j, ("skipped", None))
-            else:
-                waiting.append(j)
-        own = {j.run_dir: j for j in waiting}
-        flying: dict[Path, Submitted] = {}
-
-        def trunk(j) -> Path | None:
-            return j.trunk_dir if j.kind == "branch" and j.trunk_dir in own else None
-
-        def ready() -> dict[str | None, list]:
-            """The waiting jobs that can be submitted now, by dependency; blocked ones reported."""
-            groups: dict[str | None, list] = {}
-            for j in list(waiting):
-                t = trunk(j)
-                if t is not None and t in results and results[t][0] not in ("done", "skipped"):
-                    waiting.remove(j)
-                    report(j, ("blocked", f"its trunk {t.name} did not finish"))
-                elif t is None or t in results:
-                    groups.setdefault(None, []).append(j)
-                elif t in flying and self.slurm:
-                    groups.setdefault(f"afterok:{flying[t].job_id}", []).append(j)
-            return groups
-
-        while waiting or flying:
-            while groups := ready():
-                for dependency, group in groups.items():
-                    for j in group:
-                        waiting.remove(j)
-                    items = [(self.key(j.run_dir), j.run_dir, run_crossover_job, (j,)) for j in group]
-                    flying.update(zip([j.run_dir for j in group], self.submit(items, group[0].kind, dependency, log)))
-            if not flying:
-                for j in list(waiting):  # nothing left that could let them start (never expected)
-                    waiting.remove(j)
-                    report(j, ("blocked", "its trunk did not run"))
-                continue
-            ended = self.wait(list(flying.values()), log)
-            for d in [d for d, s in flying.items() if s in ended]:
-                if d not in flying:  # a branch already cancelled with its trunk
-                    continue
-                s = flying.pop(d)
-                r = self._crossover_result(s)
-                behind = [b for b in flying if trunk(own[b]) == d]  # its branches, queued behind its job
-                if r[0] == "interrupted" and self.again(s, d, log):
-                    waiting.append(own[d])
-                    for b in behind:  # queued again, behind its new job
-                        self.cancel(flying.pop(b))
-                        waiting.append(own[b])
-                    continue
-                report(own[d], r)
-                if r[0] not in ("done", "skipped"):
-                    for b in behind:
-                        self.cancel(flying.pop(b))
-                        report(own[b], ("blocked", f"its trunk {d.name} did not finish"))
-        stopped = [p for p, r in results.items() if r[0] == "interrupted"]
-        if stopped:
-            raise RunDirError(
-                f"{len(stopped)} run(s) stopped before their end (first: {stopped[0]}: "
-                f"{results[stopped[0]][1]}); rerun the same command to resume them"
-            )
-        return results
+            return int(value)
+        rc = exit_status_of(value) if kind == "error" else None
+        if rc is not None:
+            return rc
+        why = last_line(value) if kind == "error" else f"its job {s.job_id} ended without a result ({value})"
+        with open(job.log_path, "a") as f:
+            f.write(f"error: {why}; the job's output: {s.output}\n")
+        return 1 if kind == "error" or value == "FAILED" else -9
 
     def call(self, fn: Callable[..., Any], *args: Any, name: str, log: Callable[[str], None] | None = None) -> Any:
         """``fn(*args)`` as one job (reproduce's analysis, which loads models: it runs where the runs ran); what it

@@ -12,7 +12,9 @@ One policy for every job (sweep, reproduce, crossover trunks, branches and tunin
   SIGTERM (they checkpoint) and are waited for, and :class:`~smallinit.core.errors.Interrupted` is raised — as is
   SIGINT/SIGTERM to the runner itself; a rerun resumes every interrupted run;
 * a job process dies with the runner (``--parent``: :func:`~smallinit.experiments.job.die_with_parent`), even when
-  the runner is SIGKILLed: it checkpoints and exits, never an orphan; a rerun first waits for such a run's lock.
+  the runner is SIGKILLed: it checkpoints and exits, never an orphan; a rerun first waits for such a run's lock;
+* with a ``launcher`` (``--launcher slurm``) the jobs are cluster jobs, under the same policy (the launcher only
+  submits and waits); there an interrupted job stops nothing: the others are the cluster's, not this process's.
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from smallinit.core.errors import ConfigError, Interrupted, RunDirError
 from smallinit.core.io import atomic_write_json
 from smallinit.experiments.cost import fmt_seconds, wall_seconds
 from smallinit.experiments.job import Job, crash_line, run_job, signal_when_parent_dies, write_job_file
+from smallinit.runs.doctor import lock_holder
 from smallinit.runs.rundir import config_mismatch, last_step, read_config, read_json
 
 STOP_SECONDS = 300.0
@@ -72,27 +74,6 @@ def _held_by_another(job) -> bool:
     """The job's run was refused because another process holds its lock (its log's last error says so)."""
     err = next((l for l in reversed(_log_tail(job)) if l.startswith("error: ")), "")
     return "is in use by another process" in err
-
-
-def lock_holder(run_dir: Path) -> str | None:
-    """The pid written in ``RUN/.lock`` while another process holds that lock (None: free, absent, no flock)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return None
-    try:
-        fd = os.open(run_dir / ".lock", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-    except OSError:
-        return None
-    finally:
-        os.close(fd)  # our own shared lock goes with it
-    return None
 
 
 class StopSignals:
@@ -135,8 +116,8 @@ class JobRunner:
     plus ``later_seconds`` (the wall-clock planned after this runner, scaled alike); not shown while a job has no
     planned cost.
 
-    ``launcher`` (a :class:`smallinit.experiments.launcher.Launcher`): the jobs to run are submitted to a cluster
-    at once instead, and reported as each ends; what is skipped, resumed, retried or failed stays as here.
+    ``launcher`` (a :class:`smallinit.experiments.launcher.Launcher`): the jobs are submitted to a cluster instead,
+    each as soon as its ``after`` are done or (SLURM) in flight, and reported as each ends (:meth:`_run_launched`).
     """
 
     def __init__(
@@ -158,12 +139,9 @@ class JobRunner:
     ):
         if parallel < 1:
             raise ConfigError(f"--jobs must be >= 1, got {parallel}")
-        names = [j.name for j in jobs]
-        if len(set(names)) != len(names):
-            raise ConfigError("two jobs share a name")
-        logs = [j.log_path for j in jobs]
-        if len(set(logs)) != len(logs):
-            raise ConfigError("two jobs share a run directory")
+        for what, key in (("a name", lambda j: j.name), ("a run directory", lambda j: j.log_path)):
+            if len({key(j) for j in jobs}) != len(jobs):
+                raise ConfigError(f"two jobs share {what}")
         self.jobs = jobs
         self.launcher = launcher
         self.parallel = max(1, len(jobs)) if launcher is not None else 1 if inprocess else parallel
@@ -188,9 +166,7 @@ class JobRunner:
         return self._ratio_num / self._ratio_den if self._ratio_den > 0 else 1.0
 
     def _progress(self, job: Job) -> float:
-        if job.total_steps <= 0:
-            return 0.0
-        return min(1.0, last_step(job.run_dir) / job.total_steps)
+        return min(1.0, last_step(job.run_dir) / job.total_steps) if job.total_steps > 0 else 0.0
 
     def eta(self, pending: list[Job], running: dict[str, tuple[Job, Any, float]]) -> float:
         if any(j.est_seconds <= 0 for j in [*pending, *(v[0] for v in running.values())]):
@@ -243,13 +219,12 @@ class JobRunner:
         logf = open(job.log_path, "ab")
         logf.write(f"\n$ {' '.join(argv[1:])}\n".encode())
         logf.flush()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(
             [*argv, f"--parent={os.getpid()}"],  # it dies with this process (job.die_with_parent)
             stdout=logf,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=env,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
         logf.close()
         return proc
@@ -314,12 +289,11 @@ class JobRunner:
         return None
 
     def _blocker(self, job: Job) -> str | None:
-        """Why ``job`` cannot run: a job it waits for did not finish (None: it can)."""
+        """Why ``job`` cannot run: a job it waits for ended without finishing (None: none did)."""
         for d in job.after:
             r = self.results.get(d)
-            if d in self._by_name and (r is None or r.state != "done"):
-                dep = self._by_name[d]
-                return f"it waits for {dep.label or d}, which {'did not run' if r is None else r.state}"
+            if d in self._by_name and r is not None and r.state != "done":
+                return f"it waits for {self._by_name[d].label or d}, which {r.state}"
         return None
 
     def _stop(self, running: dict[str, tuple[Job, Any, float, bool]], stop: StopSignals) -> None:
@@ -417,10 +391,7 @@ class JobRunner:
                     del running[name]
                     self._ended(self._finish(job, rc, t0, resume), index, n, pending, running)
             if not running and pending and self._ready(pending) is None:  # never expected: a dependency cycle
-                for job in list(pending):
-                    pending.remove(job)
-                    self.results[job.name] = JobResult(job.name, "blocked", error="its dependencies never ran")
-                    self._report(self.results[job.name], index, n, pending, running)
+                self._never_ran(pending, index, n)
             if running:
                 time.sleep(self.poll_seconds)
                 if time.time() - last_status >= self.status_every:
@@ -434,6 +405,12 @@ class JobRunner:
                         f"[{self.title}] running: {'; '.join(parts)} · {done}/{n} done"
                         + _time("ETA", self.eta(pending, {k: v[:3] for k, v in running.items()}))
                     )
+
+    def _never_ran(self, pending: list[Job], index, n) -> None:
+        for job in list(pending):
+            pending.remove(job)
+            self.results[job.name] = JobResult(job.name, "blocked", error="its dependencies never ran")
+            self._report(self.results[job.name], index, n, pending, {})
 
     def _ended(self, res: JobResult, index, n, pending, running) -> None:
         """Report a job that ended; an interruption (not a refusal by the run's lock) stops the runner."""
@@ -449,14 +426,58 @@ class JobRunner:
             )
 
     def _run_launched(self, pending: list[Job], index: dict[str, int], n: int) -> dict[str, JobResult]:
-        """``pending`` submitted through the launcher, each reported (and classified by :meth:`_finish`) as it ends."""
-        t0 = time.time()
-        resumed = {j.name: j.state() == "partial" and j.resumable for j in pending}
-        left = list(pending)
-        for job, rc in self.launcher.run_jobs(pending, self.log):
-            left.remove(job)
-            self._report(self._finish(job, rc, t0, resumed[job.name]), index, n, left, {})
+        """``pending`` as cluster jobs: the launcher submits and waits; what starts when and what each ending means
+        (:meth:`_finish`) stay here. Jobs whose ``after`` have ended go as one array; on SLURM, jobs whose ``after``
+        are in flight are queued behind them (afterok), and taken back (cancelled) when one does not finish (then
+        blocked) or is submitted again (``Launcher.again``: then queued behind its new job)."""
+        launcher, waiting = self.launcher, list(pending)
+        flying: dict[str, tuple[Any, float, bool]] = {}  # name → (submitted job, start time, resumed)
+        while waiting or flying:
+            while groups := self._submittable(waiting, flying, index, n):  # then what can queue behind those
+                for dependency, group in groups.items():
+                    t0, resumed = time.time(), [j.state() == "partial" and j.resumable for j in group]
+                    for j, s, r in zip(group, launcher.submit_jobs(group, dependency, self.log), resumed):
+                        flying[j.name] = (s, t0, r)
+            if not flying:  # never expected: a dependency cycle
+                self._never_ran(waiting, index, n)
+                break
+            ended = launcher.wait([v[0] for v in flying.values()], self.log)
+            for name in [k for k, v in flying.items() if v[0] in ended]:
+                if name not in flying:  # queued behind a job that ended just now: taken back already
+                    continue
+                s, t0, resumed = flying.pop(name)
+                job = self._by_name[name]
+                rc = launcher.exit_status(s, job)
+                again = (rc < 0 or rc >= 128) and job.resumable and launcher.again(s, job.run_dir, self.log)
+                if again:
+                    waiting.append(job)
+                else:
+                    self._report(self._finish(job, rc, t0, resumed), index, n, waiting, {})
+                if again or self.results[name].state != "done":
+                    for k in [k for k in flying if name in self._by_name[k].after]:
+                        launcher.cancel(flying.pop(k)[0])
+                        waiting.append(self._by_name[k])
+            waiting.sort(key=lambda j: index[j.name])
         return self.results
+
+    def _submittable(self, waiting: list[Job], flying: dict[str, Any], index, n) -> dict[str | None, list[Job]]:
+        """The waiting jobs that can be submitted now, taken out of ``waiting``, by dependency (None: none); the ones
+        whose ``after`` did not finish are reported blocked."""
+        groups: dict[str | None, list[Job]] = {}
+        for j in list(waiting):
+            deps = [d for d in j.after if d in self._by_name]
+            if (blocked := self._blocker(j)) is not None:
+                waiting.remove(j)
+                self.results[j.name] = JobResult(j.name, "blocked", error=blocked)
+                self._report(self.results[j.name], index, n, waiting, {})
+            elif all(d in self.results for d in deps):
+                waiting.remove(j)
+                groups.setdefault(None, []).append(j)
+            elif self.launcher.slurm and all(d in self.results or d in flying for d in deps):
+                waiting.remove(j)
+                ids = ":".join(flying[d][0].job_id for d in deps if d in flying)
+                groups.setdefault(f"afterok:{ids}", []).append(j)
+        return groups
 
     def _report(self, res: JobResult, index, n, pending, running) -> None:
         extra = ""
