@@ -16,7 +16,7 @@ from torch import nn
 from smallinit import ModelConfig, Transformer
 
 # name: (d_model, n_layers, n_heads, d_ff of ours, seq_len, batch, vocab). d128 is the reproduction's shape
-# (the `tiny` preset: d_ff 384, tied embeddings; the demo/cpu presets' BPE tokenizer has 8192 tokens).
+# (the `tiny` model size: d_ff 384, tied embeddings; the demo/cpu presets' BPE tokenizer has 8192 tokens).
 SHAPES = {
     "d384": (384, 6, 6, 1024, 256, 16, 8192),
     "d128": (128, 4, 4, 384, 256, 16, 8192),

@@ -2,7 +2,7 @@
 
 Both arms (baseline γ 0.5 / ε 1e-5 / no gate, paper γ 1 / ε 1e-12 / elementwise gate) × ``--seeds`` × {fp32, bf16} train
 the same model (default d 128 × 4, 4 heads, d_ff 384, T 256, B 16, byte-level, lr 3e-3 for both arms, the ``tiny``
-preset's schedule) to ``--tokens`` (default 4M) as one resumable sweep (``OUT/``: a normal sweep folder; rerun the
+config's schedule) to ``--tokens`` (default 4M) as one resumable sweep (``OUT/``: a normal sweep folder; rerun the
 command to resume), then :func:`smallinit.train.precision_parity.loss_parity` judges it: per arm the seed-paired bf16 −
 fp32 difference, G under both dtypes, and whether bf16 moves G beyond seed noise. Writes ``OUT/parity.json`` and
 ``OUT/parity.md`` and prints the table.

@@ -5,7 +5,7 @@ one after the other with the same, initially empty, TORCHINDUCTOR_CACHE_DIR: the
 finds the inductor/AOT-autograd caches filled (what a second run of a sweep sees when the runs share a cache
 folder, as `train.compile` does by default). Each process: compile time = wall time of the first compiled
 training step (forward + backward compile + one step) minus one eager step; then eager and compiled steps are
-timed alternately (median) for the steady-state speed-up. Gate elementwise (the presets' default), fp32.
+timed alternately (median) for the steady-state speed-up. Gate elementwise (every model size's default), fp32.
 
     python benchmarks/compile_bench.py [--shapes d384,d128] [--modes default,max-autotune-no-cudagraphs]
         [--threads 2] [--rounds 7] [--json OUT]

@@ -1,13 +1,14 @@
-"""Training throughput of the paper-sized presets on a GPU: bf16 autocast + torch.compile, MFU vs the device peak.
+"""Training throughput of the paper-sized model sizes on a GPU: bf16 autocast + torch.compile, MFU vs the device peak.
 
-For each preset (default `0.1b` and `0.3b`): forward + backward + fused AdamW steps at seq_len 2048 with the
-preset's elementwise gate, timed after warm-up (median of --steps). Reports tokens/s, achieved TFLOP/s
+For each model size (default `0.1b` and `0.3b`): forward + backward + fused AdamW steps at seq_len 2048 with the
+size's elementwise gate, timed after warm-up (median of --steps). Reports tokens/s, achieved TFLOP/s
 (6N + 12·L·T·d per token, as `Transformer.flops_per_token`), MFU = achieved / the device's dense bf16 peak
-(table below, or --peak), peak memory and compile time. One short script: about a minute per preset on an
+(table below, or --peak), peak memory and compile time. One short script: about a minute per size on an
 H100/H200 (most of it compiling).
 
-    python benchmarks/gpu_throughput.py [--presets 0.1b,0.3b] [--batch 8] [--steps 10] [--json OUT.json]
-    python benchmarks/gpu_throughput.py --device cpu --presets tiny --seq 128 --steps 2 --no-compile  # smoke test
+    python benchmarks/gpu_throughput.py [--sizes 0.1b,0.3b] [--batch 8] [--steps 10] [--json OUT.json]
+    python benchmarks/gpu_throughput.py --device cpu --sizes tiny --seq 128 --steps 2 --no-compile  # smoke test
+(`--presets` is the old name of `--sizes`; the JSON rows keep the key "preset" for the size.)
 """
 
 from __future__ import annotations
@@ -74,12 +75,12 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_preset(
-    preset: str, device: torch.device, seq_len: int, batch: int, steps: int, warmup: int, compile_: bool, bf16: bool
+def time_size(
+    size: str, device: torch.device, seq_len: int, batch: int, steps: int, warmup: int, compile_: bool, bf16: bool
 ) -> dict:
-    """Median step time of one preset; returns tokens/s, TFLOP/s, memory and compile time."""
+    """Median step time of one model size; returns tokens/s, TFLOP/s, memory and compile time."""
     torch.manual_seed(0)
-    cfg = ModelConfig.from_preset(preset)
+    cfg = ModelConfig.from_size(size)
     cfg.max_seq_len = max(cfg.max_seq_len, seq_len)
     model = Transformer(cfg).to(device)
     opt = torch.optim.AdamW(
@@ -119,7 +120,7 @@ def time_preset(
     flops = model.flops_per_token(seq_len)
     mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
     return {
-        "preset": preset,
+        "preset": size,  # the JSON key keeps its old name
         "params": model.num_params(),
         "seq_len": seq_len,
         "batch": batch,
@@ -133,7 +134,7 @@ def time_preset(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--presets", default="0.1b,0.3b", help="comma-separated model presets")
+    ap.add_argument("--sizes", "--presets", dest="sizes", default="0.1b,0.3b", help="comma-separated model sizes")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seq", type=int, default=2048, help="sequence length")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step (no accumulation)")
@@ -165,20 +166,20 @@ def main() -> None:
         flush=True,
     )
     rows = []
-    for preset in [p.strip() for p in args.presets.split(",") if p.strip()]:
-        r = time_preset(preset, device, args.seq, args.batch, args.steps, args.warmup, not args.no_compile, bf16)
+    for size in [p.strip() for p in args.sizes.split(",") if p.strip()]:
+        r = time_size(size, device, args.seq, args.batch, args.steps, args.warmup, not args.no_compile, bf16)
         r["mfu"] = r["tflops_per_s"] / peak if peak else None
         r["mfu_vs_measured_matmul"] = r["tflops_per_s"] / mm if mm else None
         rows.append(r)
         print(
-            f"{preset}: {r['tokens_per_s']:,.0f} tok/s, {r['tflops_per_s']:.1f} TFLOP/s, MFU {r['mfu']:.1%}"
+            f"{size}: {r['tokens_per_s']:,.0f} tok/s, {r['tflops_per_s']:.1f} TFLOP/s, MFU {r['mfu']:.1%}"
             if peak
-            else f"{preset}: {r['tokens_per_s']:,.0f} tok/s",
+            else f"{size}: {r['tokens_per_s']:,.0f} tok/s",
             flush=True,
         )
 
     print(
-        f"\n| preset | params | seq × batch | tokens/s | TFLOP/s | MFU (vs {peak or '?'} TFLOP/s) | "
+        f"\n| size | params | seq × batch | tokens/s | TFLOP/s | MFU (vs {peak or '?'} TFLOP/s) | "
         "vs measured matmul | peak mem GiB | compile s |"
     )
     print("|---|---|---|---|---|---|---|---|---|")

@@ -1,4 +1,4 @@
-"""Training throughput of the MoE preset vs the dense preset with (almost) equal active parameters.
+"""Training throughput of the MoE model size vs the dense size with (almost) equal active parameters.
 
 Measures tokens/s of one training step — forward, cross-entropy (+ the MoE auxiliary loss), backward,
 AdamW step — on random tokens, fp32, reporting the median over ``--steps`` timed steps after
@@ -67,9 +67,9 @@ def main() -> None:
 
     runs = [(args.dense, None), (args.moe, "grouped_mm"), (args.moe, "loop")]
     models, steps = [], []
-    for preset, impl in runs:
+    for size, impl in runs:
         torch.manual_seed(0)
-        model = Transformer(ModelConfig.from_preset(preset, max_seq_len=max(args.seq, 1)))
+        model = Transformer(ModelConfig.from_size(size, max_seq_len=max(args.seq, 1)))
         for m in model.modules():
             if isinstance(m, MoE):
                 m.impl = impl
@@ -87,10 +87,10 @@ def main() -> None:
                 wall[k].append(w)
                 cpu[k].append(c)
     results = []
-    for (preset, impl), model, ws, cs in zip(runs, models, wall, cpu):
+    for (size, impl), model, ws, cs in zip(runs, models, wall, cpu):
         med, cmed = statistics.median(ws), statistics.median(cs)
         row = {
-            "preset": preset,
+            "preset": size,  # the JSON key keeps its old name
             "impl": impl or "dense",
             "params_total": model.num_params(),
             "params_active": model.num_params(active=True),
@@ -104,7 +104,7 @@ def main() -> None:
         }
         results.append(row)
         print(
-            f"{preset:>10} {row['impl']:>10}  total {row['params_total'] / 1e6:6.2f}M  "
+            f"{size:>10} {row['impl']:>10}  total {row['params_total'] / 1e6:6.2f}M  "
             f"active {row['params_active'] / 1e6:6.2f}M  step {med * 1e3:7.1f} ms  "
             f"{row['tokens_per_s']:6.0f} tok/s  ({row['tokens_per_cpu_s']:6.0f} tok per CPU-s)"
         )

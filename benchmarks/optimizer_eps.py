@@ -8,7 +8,7 @@ step 1 is the gradient at initialization (after the trainer's clipping to norm 1
 Two parts:
 
 ``width``        γ ∈ {1, 0.5} × norm ε ∈ {1e-12, 1e-5} × d ∈ {128, 256, 512, 1024}: our Transformer (``tiny``
-                 preset: elementwise gate, tied embeddings; --layers blocks, 64-dim heads, d_ff ≈ 8d/3), one step
+                 size: elementwise gate, tied embeddings; --layers blocks, 64-dim heads, d_ff ≈ 8d/3), one step
                  (the gradient at init) — and for --train-widths × --train-norm-eps (default d 128 and 512 at
                  norm ε 1e-12) --steps steps — with the Trainer's recipe (AdamW β (0.9, 0.95), ε 1e-8, wd 0.1, clip 1.0,
                  warmup 30 then cosine, lr 3e-3, fp32) on a prepared corpus; the probe at steps 1, 2, 5, 10,

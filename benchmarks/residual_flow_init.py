@@ -2,7 +2,7 @@
 
 For each block i and branch F (attention, MLP) the probe's residual flow mean_t ||F(norm(h_t))|| / ||h_t|| (h the
 residual stream the branch reads and is added to), measured by ``smallinit.probes.compute_probes`` — the same hooks
-as the training-time probe — on one forward of a freshly initialized Transformer (``tiny`` preset: elementwise
+as the training-time probe — on one forward of a freshly initialized Transformer (``tiny`` size: elementwise
 gate, tied embeddings, RMSNorm ε --norm-eps; --layers blocks, 64-dim heads, d_ff ≈ 8d/3) over uniformly random
 tokens (vocab 4096, batch 4 × 128), averaged over --seeds initializations. For d ∈ {128, …, 1024} and
 γ ∈ {0.5, 0.75, 1, 1.25} it fits the log-log slope of the flow vs d, for block 0 and for the mean over blocks,

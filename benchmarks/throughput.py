@@ -142,7 +142,7 @@ def main() -> None:
                     flush=True,
                 )
     if not args.only:
-        moe = ModelConfig.from_preset("small-moe")
+        moe = ModelConfig.from_size("small-moe")
         for dtype, comp in variants[:1]:
             r = time_training(moe, 256, 16, dtype, comp, steps=args.steps)
             r.update(shape="small-moe", gate=moe.gate, dtype=dtype, compiled=comp, mfu=r["gflops_per_s"] / peaks[dtype])

@@ -43,7 +43,7 @@ def token_dir(tmp_path_factory) -> Path:
 
 
 def tiny_overrides(data_dir: Path, **extra) -> list[str]:
-    """Overrides that make the `tiny` preset train in a second or two per few steps on one core."""
+    """Overrides that make the `tiny` config train in a second or two per few steps on one core."""
     base = {
         "data.path": str(data_dir),
         "data.seq_len": 32,

@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 def _tiny(gamma: float, **kw) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(ModelConfig.from_preset("tiny", gamma=gamma, **kw))
+    return Transformer(ModelConfig.from_size("tiny", gamma=gamma, **kw))
 
 
 def _small_llama_config(**kw):
@@ -368,10 +368,10 @@ def test_width_scaling_keeps_head_dim():
     assert s.intermediate_size == round(18944 * 1024 / 3584) and s.num_hidden_layers == 2
     assert len(s.layer_types) == 2 and s.vocab_size == 32768
     assert q.hidden_size == 3584  # the original is untouched
-    m = scale_model_config(ModelConfig.from_preset("0.1b"), 256, n_layers=2)
+    m = scale_model_config(ModelConfig.from_size("0.1b"), 256, n_layers=2)
     assert (m.d_model, m.n_heads, m.n_kv_heads, m.head_dim, m.d_ff) == (256, 4, 1, 64, round(2048 / 3))
     with pytest.raises(ConfigError, match="head_dim"):
-        scale_model_config(ModelConfig.from_preset("0.1b"), 100)
+        scale_model_config(ModelConfig.from_size("0.1b"), 100)
 
 
 def test_a_smallinit_width_over_the_budget_is_refused_with_its_parameter_count():
@@ -389,7 +389,7 @@ def test_a_smallinit_width_over_the_budget_is_refused_with_its_parameter_count()
     assert load_target("tiny", widths=[64, 256], max_params=2_000_000_000).width == mcfg.d_model
 
 
-def test_cli_preset_with_overrides_and_bad_input(tmp_path, capsys):
+def test_cli_config_name_with_overrides_and_bad_input(tmp_path, capsys):
     from smallinit.cli import main
 
     rc = main(
@@ -415,8 +415,8 @@ def test_cli_preset_with_overrides_and_bad_input(tmp_path, capsys):
     # bad input: one error line, before any model is built
     assert main(["audit", "tiny", "--widths", "a,b"]) == 2
     assert "error: --widths" in capsys.readouterr().err
-    assert main(["audit", "no-such-preset"]) == 2
-    assert "error:" in capsys.readouterr().err
+    assert main(["audit", "no-such-config"]) == 2
+    assert "error: unknown config 'no-such-config'; configs: " in capsys.readouterr().err
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "x").write_text("x")

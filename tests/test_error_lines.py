@@ -262,6 +262,29 @@ def test_argparse_errors_are_one_error_line_without_a_usage_block(capsys):
         assert err[0].startswith("error: ") and problem in err[0] and f"(see '{where}')" in err[0], (argv, err)
 
 
+def test_each_kind_of_name_says_which_it_is(tmp_path, capsys):
+    """Three kinds of name, one word each (issue #33): a run *config* (``--config``, configs/*.yaml), a model
+    *size* (``model.preset:`` in a config, ``ModelConfig.from_size``) and a reproduction *preset* (``--preset``)."""
+    cases = [
+        (["train", "--config", "nope", "--out", str(tmp_path / "a")], "error: unknown config 'nope'; configs: "),
+        (
+            ["train", "--config", "tiny", "--out", str(tmp_path / "b"), "model.preset=huge"],
+            "error: model.preset: unknown model size 'huge'; choose one of tiny, small",
+        ),
+        (["train", "--out", str(tmp_path / "c")], "error: give --config CONFIG_OR_YAML and --out RUN_DIR"),
+        (
+            ["reproduce", "--preset", "nope", "--out", str(tmp_path / "d"), "--dry-run"],
+            "error: unknown reproduce preset 'nope'; choose one of demo, cpu",
+        ),
+    ]
+    for argv, line in cases:
+        capsys.readouterr()
+        assert cli(argv) == 2, argv
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(line), (argv, err)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_more_jobs_than_cores_and_impossible_audit_sizes(tmp_path, capsys, monkeypatch):
     """Issue 32 (G): `crossover … --jobs 4 --dry-run` (3 arms) and `reproduce --dry-run --jobs 16` on 2 cores gave a
     ZeroDivisionError traceback (2 // 3 = 0 threads); `audit` of an HF config with hidden_size: -64 or

@@ -2,7 +2,7 @@
 lm-evaluation-harness's own ``hf`` model (HFLM) on the Hugging Face export of the same checkpoint must give
 identical acc and acc_norm, item by item.
 
-The model is the tiny preset trained for a few steps on the session's small corpus (seed fixed), exported with
+The model is the `tiny` config trained for a few steps on the session's small corpus (seed fixed), exported with
 ``smallinit export``; lm-eval reads the same local JSON Lines files (its own task configs, ``dataset_path: json``)
 with no network. Skips when ../shared/data (the benchmark files) or lm-eval/accelerate are absent.
 """

@@ -63,7 +63,7 @@ def small_cfg(**kw) -> ModelConfig:
         tie_embeddings=True,
     )
     base.update(kw)
-    return ModelConfig.from_preset("tiny", **base)
+    return ModelConfig.from_size("tiny", **base)
 
 
 def make_run(root: Path, cfg: ModelConfig, seed: int = 0, steps: tuple[int, ...] = (0,)) -> Path:

@@ -13,7 +13,7 @@ from smallinit import ModelConfig, Transformer, gamma_init
 @pytest.mark.parametrize("gamma", [0.5, 1.0, 1.5])
 def test_small_model_std_within_5pct(gamma):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig.from_preset("small", gamma=gamma))
+    model = Transformer(ModelConfig.from_size("small", gamma=gamma))
     rep = model.init_report
     drawn = [r for r in rep.rows if r.target_std is not None]
     assert len(drawn) == 2 + 4 * 6 - 1  # emb (tied head), per block qkvg/o/gate_up/down
@@ -68,7 +68,7 @@ def test_sequential_and_biases():
 
 
 def test_overrides_change_exactly_the_matched_parameters():
-    cfg = ModelConfig.from_preset("tiny", tie_embeddings=False)
+    cfg = ModelConfig.from_size("tiny", tie_embeddings=False)
     torch.manual_seed(0)
     model = Transformer(cfg)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -117,7 +117,7 @@ def test_unknown_parameter_types_warn_by_name():
 
 def test_depth_scale_option_divides_output_projections():
     torch.manual_seed(0)
-    m = Transformer(ModelConfig.from_preset("small", init_depth_scale=True))
+    m = Transformer(ModelConfig.from_size("small", init_depth_scale=True))
     assert m.blocks[0].attn.w_o.weight.std().item() == pytest.approx(384**-1 / math.sqrt(12), rel=0.05)
     assert m.blocks[0].mlp.w_down.weight.std().item() == pytest.approx(1024**-1 / math.sqrt(12), rel=0.05)
     assert m.blocks[0].attn.w_qkvg.weight.std().item() == pytest.approx(384**-1, rel=0.05)

@@ -33,7 +33,7 @@ def setup(tmp_path_factory) -> dict[str, Path]:
     """A tiny run (γ = 0.5 so choices get clearly different scores), a 20-item JSONL file, the same task as an
     lm-eval YAML (dataset_path: json) and as a smallinit YAML task."""
     root = tmp_path_factory.mktemp("lmeval")
-    cfg = ModelConfig.from_preset(
+    cfg = ModelConfig.from_size(
         "tiny", vocab_size=257, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=128, gamma=0.5
     )
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""The decoder: norms, gate, causality, GQA, RoPE, presets, validation, config round trip."""
+"""The decoder: norms, gate, causality, GQA, RoPE, named sizes, validation, config round trip."""
 
 import pytest
 import torch
@@ -6,7 +6,7 @@ import torch
 from smallinit import ModelConfig, RMSNorm, Transformer
 from smallinit.model import Attention, LayerNorm
 from smallinit.model.attention import RotaryEmbedding, apply_rope
-from smallinit.model.config import PRESETS
+from smallinit.model.config import PRESETS, SIZES
 
 
 def rmsnorm_ref(h, g, eps):
@@ -54,23 +54,23 @@ def test_layernorm_float32_reference():
 
 
 def _params(gate, **kw):
-    return Transformer(ModelConfig.from_preset("tiny", gate=gate, **kw)).num_params()
+    return Transformer(ModelConfig.from_size("tiny", gate=gate, **kw)).num_params()
 
 
 def test_gate_parameter_counts_exact():
-    c = ModelConfig.from_preset("tiny")
+    c = ModelConfig.from_size("tiny")
     base = _params("none")
     assert _params("headwise") - base == c.n_layers * c.d_model * c.n_heads
     assert _params("elementwise") - base == c.n_layers * c.d_model * c.n_heads * c.head_dim
-    m = Transformer(ModelConfig.from_preset("tiny", gate="none"))
+    m = Transformer(ModelConfig.from_size("tiny", gate="none"))
     assert "gate" not in m.blocks[0].attn.matrices()
 
 
 @pytest.mark.parametrize("mode", ["headwise", "elementwise"])
 def test_zero_gate_halves_attention_output(mode):
     torch.manual_seed(0)
-    gated = Attention(ModelConfig.from_preset("tiny", gate=mode))
-    plain = Attention(ModelConfig.from_preset("tiny", gate="none"))
+    gated = Attention(ModelConfig.from_size("tiny", gate=mode))
+    plain = Attention(ModelConfig.from_size("tiny", gate="none"))
     with torch.no_grad():
         n = plain.w_qkvg.weight.shape[0]
         gated.w_qkvg.weight[:n] = plain.w_qkvg.weight
@@ -84,7 +84,7 @@ def test_zero_gate_halves_attention_output(mode):
 
 def test_causality():
     torch.manual_seed(0)
-    m = Transformer(ModelConfig.from_preset("tiny", gamma=0.5)).eval()
+    m = Transformer(ModelConfig.from_size("tiny", gamma=0.5)).eval()
     idx = torch.randint(0, 8192, (1, 32))
     t = 17
     idx2 = idx.clone()
@@ -96,14 +96,14 @@ def test_causality():
 
 def test_gqa_with_all_kv_heads_equals_mha_and_grouped_matches_repeat():
     torch.manual_seed(0)
-    mha = Attention(ModelConfig.from_preset("tiny", gate="none", gamma=0.5))
-    gqa = Attention(ModelConfig.from_preset("tiny", gate="none", gamma=0.5, n_kv_heads=4))
+    mha = Attention(ModelConfig.from_size("tiny", gate="none", gamma=0.5))
+    gqa = Attention(ModelConfig.from_size("tiny", gate="none", gamma=0.5, n_kv_heads=4))
     gqa.load_state_dict(mha.state_dict())
     cos, sin = RotaryEmbedding(32, 64, 10000.0)(24)
     x = torch.randn(2, 24, 128)
     assert torch.equal(mha(x, cos, sin), gqa(x, cos, sin))
     # grouped (2 kv heads): SDPA output equals explicit attention weights @ repeated V
-    grouped = Attention(ModelConfig.from_preset("tiny", gate="none", gamma=0.5, n_kv_heads=2))
+    grouped = Attention(ModelConfig.from_size("tiny", gate="none", gamma=0.5, n_kv_heads=2))
     w = grouped.attention_weights(x, cos, sin)
     _, _, v, _ = grouped._project(x, cos, sin)
     y = (w @ v.repeat_interleave(2, dim=1)).transpose(1, 2).reshape(2, 24, 128)
@@ -126,8 +126,8 @@ def test_rope_scores_depend_only_on_relative_position():
 
 
 @pytest.mark.parametrize("name,target", [("0.1b", 0.1e9), ("0.3b", 0.3e9), ("0.7b", 0.7e9), ("1.5b", 1.5e9)])
-def test_paper_presets_parameter_counts(name, target):
-    cfg = ModelConfig.from_preset(name)
+def test_paper_sizes_parameter_counts(name, target):
+    cfg = ModelConfig.from_size(name)
     assert (cfg.gamma, cfg.norm_eps, cfg.gate) == (1.0, 1e-12, "elementwise")
     with torch.device("meta"):
         m = Transformer(cfg)
@@ -160,21 +160,31 @@ def test_bad_configs_name_the_field(field, value, match):
     if field == "n_kv_heads":
         kw["n_kv_heads"] = 3  # tiny has 4 heads: 3 kv heads cannot group them
     with pytest.raises(ValueError, match=match):
-        ModelConfig.from_preset("tiny", **kw)
+        ModelConfig.from_size("tiny", **kw)
 
 
-def test_config_round_trip_and_presets():
-    for name in PRESETS:
-        c = ModelConfig.from_preset(name, gamma=0.5, init_overrides={"tok_emb.*": {"std": 0.02}})
+def test_config_round_trip_and_sizes():
+    for name in SIZES:
+        c = ModelConfig.from_size(name, gamma=0.5, init_overrides={"tok_emb.*": {"std": 0.02}})
         assert ModelConfig.from_dict(c.to_dict()) == c
     with pytest.raises(ValueError, match="unknown field"):
         ModelConfig.from_dict({**ModelConfig().to_dict(), "bogus": 1})
-    with pytest.raises(ValueError, match="preset"):
+    with pytest.raises(ValueError, match="unknown model size 'huge'; choose one of tiny, small"):
+        ModelConfig.from_size("huge")
+
+
+def test_the_old_names_of_sizes_still_work():
+    """``PRESETS`` and ``from_preset`` are the old names of ``SIZES`` and ``from_size``."""
+    import smallinit.model
+
+    assert PRESETS is SIZES and smallinit.model.PRESETS is SIZES
+    assert ModelConfig.from_preset("small", gamma=0.5) == ModelConfig.from_size("small", gamma=0.5)
+    with pytest.raises(ValueError, match="unknown model size 'huge'"):
         ModelConfig.from_preset("huge")
 
 
 def test_flops_and_params_accounting():
-    m = Transformer(ModelConfig.from_preset("small"))
+    m = Transformer(ModelConfig.from_size("small"))
     c = m.config
     n_ne = m.num_params(non_embedding=True)
     assert m.num_params() - n_ne == c.vocab_size * c.d_model  # tied: one embedding matrix
@@ -183,7 +193,7 @@ def test_flops_and_params_accounting():
 
 def test_generate_greedy_is_deterministic_and_extends():
     torch.manual_seed(0)
-    m = Transformer(ModelConfig.from_preset("tiny", gamma=0.5)).eval()
+    m = Transformer(ModelConfig.from_size("tiny", gamma=0.5)).eval()
     idx = torch.randint(0, 8192, (2, 5))
     a = m.generate(idx, 7, temperature=0)
     b = m.generate(idx, 7, temperature=0)

@@ -5,7 +5,7 @@ import torch
 
 from smallinit import ModelConfig, Transformer
 from smallinit.model.attention import RotaryEmbedding
-from smallinit.model.config import PRESETS
+from smallinit.model.config import SIZES
 
 CONFIGS = {
     "dense-tied-elementwise": dict(
@@ -83,9 +83,9 @@ def _assert_counts_agree(cfg: ModelConfig) -> Transformer:
     return model
 
 
-@pytest.mark.parametrize("name", list(CONFIGS) + list(PRESETS))
+@pytest.mark.parametrize("name", list(CONFIGS) + list(SIZES))
 def test_counts_from_config_equal_built_model(name):
-    cfg = ModelConfig.from_dict(CONFIGS[name]) if name in CONFIGS else ModelConfig.from_preset(name)
+    cfg = ModelConfig.from_dict(CONFIGS[name]) if name in CONFIGS else ModelConfig.from_size(name)
     model = _assert_counts_agree(cfg)  # ModelConfig.num_params, Transformer.num_params and the tensors: one count
     n_ne = cfg.num_params(non_embedding=True, active=True)
     assert cfg.flops_per_token(8) == 6 * (n_ne + cfg.vocab_size * cfg.d_model) + 12 * cfg.n_layers * 8 * cfg.d_model

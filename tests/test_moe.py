@@ -323,18 +323,18 @@ def test_bad_impl_and_misaligned_grouped_mm():
     assert MoE(cfg)(torch.randn(3, 10)).shape == (3, 10)  # auto falls back to the loop
 
 
-def test_presets_small_moe_active_params_match_dense_small():
+def test_sizes_small_moe_active_params_match_dense_small():
     with torch.device("meta"):
-        dense = Transformer(ModelConfig.from_preset("small"))
-        moe = Transformer(ModelConfig.from_preset("small-moe"))
+        dense = Transformer(ModelConfig.from_size("small"))
+        moe = Transformer(ModelConfig.from_size("small-moe"))
     c = moe.config
     routers = sum(c.d_model * c.moe.n_experts for i in range(c.n_layers) if c.is_moe_layer(i))
     assert moe.num_params(active=True) == dense.num_params() + routers
     assert moe.num_params() > 3 * dense.num_params(active=True) // 2
 
 
-def test_paper_moe_preset_counts_follow_from_shapes():
-    cfg = ModelConfig.from_preset("0.5b-moe")
+def test_paper_moe_size_counts_follow_from_shapes():
+    cfg = ModelConfig.from_size("0.5b-moe")
     with torch.device("meta"):
         model = Transformer(cfg)
     d, L, V, m = cfg.d_model, cfg.n_layers, cfg.vocab_size, cfg.moe

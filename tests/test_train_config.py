@@ -1,16 +1,17 @@
-"""Run config: presets, dotted overrides with type checks, clear errors, schedules."""
+"""Run config: named configs, dotted overrides with type checks, clear errors, schedules."""
 
 import math
 
 import pytest
 
-from smallinit.config import apply_overrides, config_diff, parse_value, preset_names, read_config_file
+from smallinit.config import apply_overrides, config_diff, config_names, parse_value, preset_names, read_config_file
 from smallinit.core.errors import ConfigError
 from smallinit.train import OptimConfig, load_config, lr_at
 
 
-def test_presets_load_and_apply_model_defaults():
-    assert {"tiny", "small", "small-moe", "0.1b", "0.3b", "0.7b", "1.5b"} <= set(preset_names())
+def test_named_configs_load_and_apply_model_defaults():
+    assert {"tiny", "small", "small-moe", "0.1b", "0.3b", "0.7b", "1.5b"} <= set(config_names())
+    assert preset_names is config_names  # the old name
     cfg = load_config("small")
     assert (cfg.model.d_model, cfg.model.gamma, cfg.model.norm_eps, cfg.model.gate) == (384, 1.0, 1e-12, "elementwise")
     big = load_config("1.5b")
@@ -65,9 +66,11 @@ def test_bad_overrides_name_the_key(override, match):
         load_config("tiny", [override])
 
 
-def test_unknown_preset_and_bad_yaml(tmp_path):
-    with pytest.raises(ConfigError, match="unknown config preset 'nope'"):
+def test_unknown_config_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config 'nope'; configs: .*tiny"):
         load_config("nope")
+    with pytest.raises(ConfigError, match="model.preset: unknown model size 'huge'; choose one of tiny"):
+        load_config("tiny", ["model.preset=huge"])
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: [1, 2\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
@@ -122,6 +125,6 @@ def test_relative_base_is_read_from_the_yaml_folder_not_the_cwd(tmp_path, monkey
     (cfgs / "parent.yaml").unlink()
     with pytest.raises(ConfigError, match=r"base: 'parent.yaml' not found as .*cfgs.parent\.yaml"):
         load_config(cfgs / "child.yaml")
-    # a bare name is still a preset, a dotted one too
+    # a bare name is still a config name, a dotted one too
     (cfgs / "p.yaml").write_text("base: 0.1b\n")
     assert read_config_file(cfgs / "p.yaml")["model"]["preset"] == "0.1b"

@@ -2,7 +2,7 @@
 
 >>> import smallinit
 >>> report = smallinit.gamma_init(my_model, gamma=1.0)   # any nn.Module
->>> model = smallinit.Transformer(smallinit.ModelConfig.from_preset("small"))
+>>> model = smallinit.Transformer(smallinit.ModelConfig.from_size("small"))
 """
 
 from smallinit.audit import audit  # noqa: E402  (light: torch + smallinit.init)

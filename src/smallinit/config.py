@@ -1,6 +1,6 @@
-"""Run configuration: typed dataclasses (model, data, optim, train, probe), YAML presets, dotted overrides.
+"""Run configuration: typed dataclasses (model, data, optim, train, probe), named YAML configs, dotted overrides.
 
-    cfg = load_config("small", ["model.gamma=0.5", "optim.lr=3e-3"])   # preset name or YAML path
+    cfg = load_config("small", ["model.gamma=0.5", "optim.lr=3e-3"])   # config name or YAML path
     save_config(cfg, run_dir / "config.yaml")
 
 Unknown keys and wrongly typed values raise :class:`~smallinit.core.errors.ConfigError` naming the key.
@@ -345,22 +345,27 @@ def set_dotted(d: dict[str, Any], key: str, value: Any, what: str = "key") -> No
     node[parts[-1]] = value
 
 
-def preset_names() -> list[str]:
+def config_names() -> list[str]:
+    """The named configs: the stems of ``configs/*.yaml`` (tiny, small, ..., 0.1b, ...)."""
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
+preset_names = config_names
+"""The old name of :func:`config_names`, kept so that existing code still runs."""
+
+
 def read_config_file(name_or_path: str | os.PathLike, _chain: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A preset name (``configs/<name>.yaml``) or a YAML path → nested dict (with ``base:`` inheritance;
+    """A config name (``configs/<name>.yaml``) or a YAML path → nested dict (with ``base:`` inheritance;
     a ``base:`` chain that comes back to a file already in it is a ConfigError)."""
     p = Path(name_or_path)
     if not p.is_file():
-        preset = CONFIG_DIR / f"{name_or_path}.yaml"
-        if preset.is_file():
-            p = preset
+        named = CONFIG_DIR / f"{name_or_path}.yaml"
+        if named.is_file():
+            p = named
         elif p.suffix in (".yaml", ".yml") or os.sep in str(name_or_path):
             raise ConfigError(f"config file not found: {p}")
         else:
-            raise ConfigError(f"unknown config preset {str(name_or_path)!r}; presets: {', '.join(preset_names())}")
+            raise ConfigError(f"unknown config {str(name_or_path)!r}; configs: {', '.join(config_names())}")
     try:
         d = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
@@ -376,7 +381,7 @@ def read_config_file(name_or_path: str | os.PathLike, _chain: tuple[str, ...] = 
             names = " -> ".join(Path(c).name for c in (*_chain[_chain.index(key) :], key))
             raise ConfigError(f"{p}: base: chain loops back on itself ({names})")
         if not isinstance(base, (str, os.PathLike)):
-            raise ConfigError(f"{p}: base: must be a preset name or a YAML path, got {base!r}")
+            raise ConfigError(f"{p}: base: must be a config name or a YAML path, got {base!r}")
         parent = read_config_file(_base_path(p, base), (*_chain, key))
         d = _merge(parent, d)
     return d
@@ -385,7 +390,7 @@ def read_config_file(name_or_path: str | os.PathLike, _chain: tuple[str, ...] = 
 def _base_path(p: Path, base: str | os.PathLike) -> Path:
     """Where the ``base:`` of the YAML file ``p`` lives: a relative path is read from ``p``'s own folder, never from
     the current one (a stray file of the same name there used to be loaded silently); a bare name (no .yaml/.yml,
-    no folder) is a preset, or failing that a file of that name beside ``p``."""
+    no folder) is a named config, or failing that a file of that name beside ``p``."""
     b = Path(base)
     if b.is_absolute():
         return b
@@ -397,14 +402,14 @@ def _base_path(p: Path, base: str | os.PathLike) -> Path:
                 f"folder of the YAML that names it)"
             )
         return beside
-    # a bare name (presets include dotted ones such as 0.1b)
-    preset = CONFIG_DIR / f"{base}.yaml"
-    if preset.is_file():
-        return preset
+    # a bare name (config names include dotted ones such as 0.1b)
+    named = CONFIG_DIR / f"{base}.yaml"
+    if named.is_file():
+        return named
     if beside.is_file():
         return beside
     raise ConfigError(
-        f"{p}: base: {str(base)!r} is neither a preset ({', '.join(preset_names())}) nor a file beside it"
+        f"{p}: base: {str(base)!r} is neither a config name ({', '.join(config_names())}) nor a file beside it"
     )
 
 
@@ -420,19 +425,20 @@ def load_config(
     overrides: list[str] | None = None,
     base: dict[str, Any] | None = None,
 ) -> RunConfig:
-    """Preset/YAML (or a dict) plus dotted overrides → validated RunConfig."""
+    """Config name/YAML (or a dict) plus dotted overrides → validated RunConfig. ``model.preset: NAME`` (the key
+    keeps its old name) names a model size of :data:`~smallinit.model.config.SIZES`, whose fields come first."""
     d = dict(base or {})
     if name_or_path is not None:
         d = _merge(d, read_config_file(name_or_path))
     d = apply_overrides(d, overrides or [])
-    preset = d.get("model", {}).pop("preset", None) if isinstance(d.get("model"), dict) else None
-    if preset:
-        from smallinit.model.config import PRESETS
+    size = d.get("model", {}).pop("preset", None) if isinstance(d.get("model"), dict) else None
+    if size:
+        from smallinit.model.config import SIZES
 
-        if preset not in PRESETS:
-            raise ConfigError(f"model.preset: unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
-        # the preset's own fields (not derived ones such as n_kv_heads), so overrides re-derive them
-        d["model"] = _merge(PRESETS[preset], d["model"])
+        if size not in SIZES:
+            raise ConfigError(f"model.preset: unknown model size {size!r}; choose one of {', '.join(SIZES)}")
+        # the size's own fields (not derived ones such as n_kv_heads), so overrides re-derive them
+        d["model"] = _merge(SIZES[size], d["model"])
     return config_from_dict(d)
 
 
@@ -467,6 +473,7 @@ __all__ = [
     "apply_overrides",
     "config_diff",
     "config_from_dict",
+    "config_names",
     "load_config",
     "parse_value",
     "preset_names",

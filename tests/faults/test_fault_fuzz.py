@@ -129,10 +129,10 @@ def _model_builds(cfg) -> None:
 @pytest.mark.timeout(90)
 def test_fuzz_config_dicts(token_dir, fault_table):
     from smallinit.config import config_from_dict
-    from smallinit.model.config import PRESETS
+    from smallinit.model.config import SIZES
 
     base = _tiny_dict(token_dir)
-    base["model"] = {**PRESETS["tiny"], **base["model"]}
+    base["model"] = {**SIZES["tiny"], **base["model"]}
 
     plausible = (
         st.integers(-1, 300)

@@ -15,7 +15,7 @@ The package, one job a module:
 * :mod:`~smallinit.audit.text` and :mod:`~smallinit.audit.figures` — cell formatting; ``audit.png`` and
   ``audit_widths.png``;
 * :mod:`~smallinit.audit.targets` — what ``smallinit audit TARGET`` builds (a Hugging Face config, a smallinit
-  run, checkpoint, preset or YAML), and :mod:`~smallinit.audit.width_family` — a config at another width for
+  run, checkpoint, config name or YAML), and :mod:`~smallinit.audit.width_family` — a config at another width for
   ``--widths``; neither imported here.
 """
 

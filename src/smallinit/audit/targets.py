@@ -1,5 +1,5 @@
 """What ``smallinit audit TARGET`` audits: a Hugging Face model folder or ``config.json`` (built from the config,
-never downloading), or a smallinit run directory / checkpoint / preset name / YAML config.
+never downloading), or a smallinit run directory / checkpoint / config name / YAML config.
 
 A model whose full size exceeds ``max_params`` is audited on a **copy with ``blocks`` blocks at full width**
 (the per-matrix init and the per-block statistics of the first blocks do not depend on how many blocks follow;
@@ -302,7 +302,7 @@ def load_target(
     1. a ``.json`` file or a folder with ``config.json`` → a Hugging Face config (built from the config);
     2. a folder with ``config.yaml`` → a smallinit run or checkpoint directory: the weights of its latest good
        checkpoint (or the one given), else a fresh init from its config;
-    3. a preset name or a YAML file → a smallinit config (``overrides`` = dotted ``section.key=value``), freshly
+    3. a config name or a YAML file → a smallinit config (``overrides`` = dotted ``section.key=value``), freshly
        initialized with its γ-rule; the optimizer's ε and gradient clipping come from its ``optim`` section.
 
     ``widths`` (the width family ``audit --widths`` will rebuild): each member's size is counted first (from its
@@ -322,7 +322,7 @@ def load_target(
         return _hf_target(p, max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed, widths=widths)
     if p.is_dir() and (p / "config.yaml").is_file():
         if overrides:
-            raise ConfigError("dotted overrides apply to a preset or YAML config, not to a run directory")
+            raise ConfigError("dotted overrides apply to a config name or YAML config, not to a run directory")
         return _run_target(p, max_params=max_params, blocks=blocks, vocab_cap=vocab_cap, seed=seed, widths=widths)
     if p.is_dir():
         raise ConfigError(f"{p}: neither a Hugging Face model folder (config.json) nor a smallinit run (config.yaml)")

@@ -7,7 +7,7 @@ import argparse
 
 HELP = (
     "audit a model's initialization: implied γ per matrix, norm saturation, residual flow, first-step "
-    "gradients under Adam's ε (HF config/folder, smallinit run/checkpoint/preset/YAML)"
+    "gradients under Adam's ε (HF config/folder, smallinit run/checkpoint/config name/YAML)"
 )
 
 
@@ -16,10 +16,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "target",
         metavar="TARGET",
         help="a Hugging Face model folder or config.json (built from the config, never downloading), "
-        "a smallinit run or checkpoint directory, a preset name or a YAML config",
+        "a smallinit run or checkpoint directory, a config name (tiny, small, 0.1b, ...) or a YAML config",
     )
     p.add_argument(
-        "overrides", nargs="*", default=[], metavar="section.key=value", help="for a preset/YAML, e.g. model.gamma=0.5"
+        "overrides",
+        nargs="*",
+        default=[],
+        metavar="section.key=value",
+        help="for a config name/YAML, e.g. model.gamma=0.5",
     )
     p.add_argument(
         "--gamma", type=float, default=1.0, help="the γ-rule to compare with: target σ = fan_in^-γ (default 1)"

@@ -119,7 +119,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "largest budget",
     )
     p.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds 0..K-1 for every arm (default 1)")
-    p.add_argument("--config", default="tiny", metavar="PRESET_OR_YAML", help="base run config (default tiny)")
+    p.add_argument(
+        "--config",
+        default="tiny",
+        metavar="CONFIG_OR_YAML",
+        help="base run config: a name or a YAML file (default tiny)",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every arm")
     p.add_argument("--baseline", help="the arm the others are compared with (default: the first)")
     p.add_argument(

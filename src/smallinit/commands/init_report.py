@@ -1,4 +1,4 @@
-"""smallinit init-report --config PRESET [overrides]: print what the γ-rule draws for every parameter."""
+"""smallinit init-report --config CONFIG_OR_YAML [overrides]: print what the γ-rule draws for every parameter."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ HELP = "show the γ-rule initialization (target and measured std per parameter) 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default="small", help="preset name or YAML (default: small)")
+    p.add_argument(
+        "--config", default="small", metavar="CONFIG_OR_YAML", help="a config name or a YAML file (default: small)"
+    )
     p.add_argument("overrides", nargs="*", default=[], metavar="section.key=value", help="e.g. model.gamma=0.5")
 
 

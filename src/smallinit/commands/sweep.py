@@ -9,7 +9,7 @@ from smallinit.commands import cluster_options
 HELP = "run a grid (or list) of training runs from a sweep YAML, resumably; writes DIR/summary.csv and summary.md"
 
 EPILOG = """\
-A sweep file has `base:` (preset name, YAML path, or nested config), optional `overrides:` for every run,
+A sweep file has `base:` (config name, YAML path, or nested config), optional `overrides:` for every run,
 and either `grid:` (dotted key -> list of values; cartesian product) or `runs:` (list of override mappings).
 Example: src/smallinit/configs/sweeps/example.yaml. Rerunning the same command skips finished runs and
 resumes interrupted ones from their last checkpoint.

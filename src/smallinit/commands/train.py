@@ -1,14 +1,16 @@
-"""smallinit train --config PRESET_OR_YAML --out RUN_DIR [section.key=value ...] | --resume RUN_DIR"""
+"""smallinit train --config CONFIG_OR_YAML --out RUN_DIR [section.key=value ...] | --resume RUN_DIR"""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "pretrain a model: --config PRESET_OR_YAML --out RUN_DIR [model.gamma=1.0 ...], or --resume RUN_DIR"
+HELP = "pretrain a model: --config CONFIG_OR_YAML --out RUN_DIR [model.gamma=1.0 ...], or --resume RUN_DIR"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="preset name (tiny, small, small-moe, 0.1b, ...) or a YAML file")
+    p.add_argument(
+        "--config", metavar="CONFIG_OR_YAML", help="a config name (tiny, small, small-moe, 0.1b, ...) or a YAML file"
+    )
     p.add_argument("--out", help="run directory to create")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last good checkpoint")
     p.add_argument(
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if args.max_steps is not None:
             raise ConfigError("--max-steps goes with --resume; for a new run write train.max_steps=N")
         if not args.config or not args.out:
-            raise ConfigError("give --config PRESET_OR_YAML and --out RUN_DIR (or --resume RUN_DIR)")
+            raise ConfigError("give --config CONFIG_OR_YAML and --out RUN_DIR (or --resume RUN_DIR)")
         cfg = load_config(args.config, args.overrides)
         _check_vocab_override(cfg, args.overrides)
         trainer = Trainer(cfg, args.out, callbacks=probe_callbacks(cfg.probe))

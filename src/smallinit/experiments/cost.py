@@ -171,7 +171,7 @@ class Throughput(float):
 
 def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0, dtype: str | None = None) -> Throughput:
     """Training throughput of this machine in GFLOP/s (counted as in ``flops_per_token``), timed on a few
-    AdamW steps of the ``config``'s model (default: the tiny preset shape) on random tokens — the step the
+    AdamW steps of the ``config``'s model (default: the ``tiny`` model size) on random tokens — the step the
     Trainer runs on CPU: the model's chunked loss, fused AdamW, and the training process's settings
     (:func:`~smallinit.train.host.prepare_cpu_process`: freed memory kept, denormals flushed — without the flush a
     trained model's steps ran up to ×1.85 slower on an Intel CPU than at init in benchmarks/denormals.py).
@@ -188,7 +188,7 @@ def measure_gflops(config: Any = None, steps: int = 3, threads: int = 0, dtype: 
 
     config = _plain(config) if config is not None else None
     if config is None:
-        mc = ModelConfig.from_preset("tiny", max_seq_len=128)
+        mc = ModelConfig.from_size("tiny", max_seq_len=128)
         T, B, micro = 128, 16, 16
         setting = dtype or "fp32"
     else:

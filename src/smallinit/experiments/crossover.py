@@ -58,7 +58,7 @@ class CrossoverSpec:
     tokens: int
     """The largest budget D (training tokens per arm × seed)."""
     base: str = "tiny"
-    """Preset name or YAML path of the run config every arm starts from."""
+    """Config name or YAML path of the run config every arm starts from."""
     overrides: list[str] = field(default_factory=list)
     """Dotted overrides for every arm (data path, batch, learning rate …)."""
     seeds: list[int] = field(default_factory=lambda: [0])

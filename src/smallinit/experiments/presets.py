@@ -1,7 +1,8 @@
 """Reproduction presets: what ``smallinit reproduce --preset NAME`` runs, as data.
 
 A :class:`Preset` fixes the budget: which claims run, the model sizes (size label → dotted overrides of the
-shared ``base`` config), steps, learning rates, seeds, the anchor task's settings and the default corpus.
+shared ``base`` config, whose ``model.preset`` key names a model size of :data:`smallinit.model.config.SIZES`),
+steps, learning rates, seeds, the anchor task's settings and the default corpus.
 Which *arms* (model settings: size, γ, ε, gate, BOS, MoE) a claim needs for a preset is the claim's own
 business (``arms(preset)`` in its module under :mod:`smallinit.experiments.claims`); a claim reads the sizes
 by role: ``main_size`` (claims 1, 3, 5, 7), ``probe_size`` (4, 6), ``shrink_sizes`` (2), ``scaling_sizes`` (8),

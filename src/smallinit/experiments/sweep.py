@@ -2,8 +2,8 @@
 
 A sweep file (YAML)::
 
-    base: tiny                        # preset name or YAML path; or a nested config mapping
-                                      # (optionally with ``config: PRESET``); or a list [PRESET, key=value, ...]
+    base: tiny                        # config name or YAML path; or a nested config mapping
+                                      # (optionally with ``config: NAME``); or a list [NAME, key=value, ...]
     overrides:                        # optional: applied to every run (mapping or list of key=value)
       data.path: data/stdlib
       train.max_steps: 300
@@ -154,7 +154,7 @@ def _read_base(base: Any, here: Path | None) -> dict[str, Any]:
         start = base.pop("config", None)
         d = read(start) if start else {}
         return _merge(d, base)
-    raise ConfigError(f"sweep base: expected a preset name, a mapping or a list, got {type(base).__name__}")
+    raise ConfigError(f"sweep base: expected a config name, a mapping or a list, got {type(base).__name__}")
 
 
 def expand_grid(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """The decoder model: config, norms, attention (RoPE, GQA, output gate), SwiGLU / MoE, transformer."""
 
 from smallinit.model.attention import Attention, RotaryEmbedding, apply_rope
-from smallinit.model.config import PRESETS, ModelConfig, MoEConfig
+from smallinit.model.config import PRESETS, SIZES, ModelConfig, MoEConfig  # PRESETS: the old name of SIZES
 from smallinit.model.mlp import SwiGLU
 from smallinit.model.norm import LayerNorm, RMSNorm
 from smallinit.model.transformer import Block, Transformer
@@ -14,6 +14,7 @@ __all__ = [
     "MoEConfig",
     "PRESETS",
     "RMSNorm",
+    "SIZES",
     "RotaryEmbedding",
     "SwiGLU",
     "Transformer",

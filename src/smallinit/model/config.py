@@ -1,4 +1,4 @@
-"""Model configuration: one typed dataclass with documented fields, validation and named presets."""
+"""Model configuration: one typed dataclass with documented fields, validation and named sizes (:data:`SIZES`)."""
 
 from __future__ import annotations
 
@@ -212,11 +212,11 @@ class ModelConfig:
         return cls(**d)
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
-        """A named preset (see :data:`PRESETS`) with field overrides, e.g. ``from_preset("small", gamma=0.5)``."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
-        d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in PRESETS[name].items()}
+    def from_size(cls, name: str, **overrides: Any) -> ModelConfig:
+        """A named model size (see :data:`SIZES`) with field overrides, e.g. ``from_size("small", gamma=0.5)``."""
+        if name not in SIZES:
+            raise ValueError(f"unknown model size {name!r}; choose one of {', '.join(SIZES)}")
+        d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in SIZES[name].items()}
         moe_over = overrides.pop("moe", None)
         if moe_over is not None:
             base = d.get("moe", {})
@@ -224,10 +224,15 @@ class ModelConfig:
         d.update(overrides)
         return cls.from_dict(d)
 
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        """The old name of :meth:`from_size`, kept so that existing code still runs."""
+        return cls.from_size(name, **overrides)
 
-# The paper's recommended setting is every preset's default: γ = 1, ε = 1e-12, elementwise gate.
+
+# The paper's recommended setting is every size's default: γ = 1, ε = 1e-12, elementwise gate.
 # The standard baseline is one override away: gamma=0.5, norm_eps=1e-5, gate="none".
-PRESETS: dict[str, dict[str, Any]] = {
+SIZES: dict[str, dict[str, Any]] = {
     # CPU-sized
     "tiny": dict(vocab_size=8192, d_model=128, n_layers=4, n_heads=4, d_ff=384, max_seq_len=256, tie_embeddings=True),
     "small": dict(vocab_size=8192, d_model=384, n_layers=6, n_heads=6, d_ff=1024, max_seq_len=256, tie_embeddings=True),
@@ -270,3 +275,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         moe=dict(n_experts=16, top_k=2, n_shared_experts=1, d_expert=448, every=1),
     ),
 }
+
+PRESETS = SIZES
+"""The old name of :data:`SIZES`, kept so that existing code still runs."""
