@@ -566,6 +566,25 @@ def test_a_branch_waits_only_for_its_own_trunk_and_is_blocked_when_it_failed(mon
     assert res[bA.run_dir][0] == "blocked"
 
 
+def test_the_crossover_command_passes_retry_failed_to_the_run(monkeypatch, tmp_path, capsys):
+    """`smallinit crossover --retry-failed` reaches run_crossover (and so the JobRunner) as retry_failed=True;
+    without the flag failed runs stay failed (retry_failed=False)."""
+    import smallinit.experiments.crossover as crossover_mod
+    from smallinit.cli import main as cli
+
+    seen = []
+
+    def fake_run(spec, out, **kw):
+        seen.append(kw["retry_failed"])
+        return {"analyses": {}}
+
+    monkeypatch.setattr(crossover_mod, "run_crossover", fake_run)
+    argv = ["crossover", "a:model.gamma=0.5", "b:model.gamma=1.0", "--tokens", "1M", "--out", str(tmp_path / "x")]
+    assert cli(argv) == 0 and cli([*argv, "--retry-failed"]) == 0
+    assert seen == [False, True]
+    capsys.readouterr()
+
+
 def test_two_seeds_never_predict_a_crossing_either_way():
     """The gap fit needs ≥ 3 seeds for a D* or a "never": the same curve with 2 seeds cannot tell."""
     d_max, truth = 16e6, 16e6 / 3
