@@ -36,6 +36,7 @@ from smallinit.core.errors import ConfigError, Interrupted, RunDirError
 from smallinit.core.io import atomic_write_json
 from smallinit.experiments.cost import fmt_seconds, wall_seconds
 from smallinit.experiments.job import Job, crash_line, run_job, signal_when_parent_dies, write_job_file
+from smallinit.experiments.runner_cluster import ClusterLoop
 from smallinit.runs.doctor import lock_holder
 from smallinit.runs.rundir import config_mismatch, last_step, read_config, read_json
 
@@ -103,7 +104,7 @@ class StopSignals:
             signal.signal(sig, h)
 
 
-class JobRunner:
+class JobRunner(ClusterLoop):
     """Run jobs sequentially or ``parallel`` at a time, skipping finished ones, resuming partial ones, with a
     progress display (which job of how many, estimated time left); the policy is the module's.
 
@@ -117,7 +118,8 @@ class JobRunner:
     planned cost.
 
     ``launcher`` (a :class:`smallinit.experiments.launcher.Launcher`): the jobs are submitted to a cluster instead,
-    each as soon as its ``after`` are done or (SLURM) in flight, and reported as each ends (:meth:`_run_launched`).
+    each as soon as its ``after`` are done or (SLURM) in flight, and reported as each ends
+    (:class:`~smallinit.experiments.runner_cluster.ClusterLoop`).
     """
 
     def __init__(
@@ -366,10 +368,8 @@ class JobRunner:
                 )
             while len(running) < self.parallel and (job := self._ready(pending)) is not None:
                 pending.remove(job)
-                blocked = self._blocker(job)
-                if blocked is not None:
-                    self.results[job.name] = JobResult(job.name, "blocked", error=blocked)
-                    self._report(self.results[job.name], index, n, pending, running)
+                if (blocked := self._blocker(job)) is not None:
+                    self._block(job, blocked, index, n, pending, running)
                     continue
                 resume = job.state() == "partial" and job.resumable
                 where = f" (resuming from step {last_step(job.run_dir)})" if resume else ""
@@ -409,8 +409,12 @@ class JobRunner:
     def _never_ran(self, pending: list[Job], index, n) -> None:
         for job in list(pending):
             pending.remove(job)
-            self.results[job.name] = JobResult(job.name, "blocked", error="its dependencies never ran")
-            self._report(self.results[job.name], index, n, pending, {})
+            self._block(job, "its dependencies never ran", index, n, pending, {})
+
+    def _block(self, job: Job, why: str, index, n, pending, running) -> None:
+        """Record ``job`` as blocked (it never ran: ``why``) and report it."""
+        self.results[job.name] = JobResult(job.name, "blocked", error=why)
+        self._report(self.results[job.name], index, n, pending, running)
 
     def _ended(self, res: JobResult, index, n, pending, running) -> None:
         """Report a job that ended; an interruption (not a refusal by the run's lock) stops the runner."""
@@ -424,60 +428,6 @@ class JobRunner:
                 -1,
                 None,
             )
-
-    def _run_launched(self, pending: list[Job], index: dict[str, int], n: int) -> dict[str, JobResult]:
-        """``pending`` as cluster jobs: the launcher submits and waits; what starts when and what each ending means
-        (:meth:`_finish`) stay here. Jobs whose ``after`` have ended go as one array; on SLURM, jobs whose ``after``
-        are in flight are queued behind them (afterok), and taken back (cancelled) when one does not finish (then
-        blocked) or is submitted again (``Launcher.again``: then queued behind its new job)."""
-        launcher, waiting = self.launcher, list(pending)
-        flying: dict[str, tuple[Any, float, bool]] = {}  # name → (submitted job, start time, resumed)
-        while waiting or flying:
-            while groups := self._submittable(waiting, flying, index, n):  # then what can queue behind those
-                for dependency, group in groups.items():
-                    t0, resumed = time.time(), [j.state() == "partial" and j.resumable for j in group]
-                    for j, s, r in zip(group, launcher.submit_jobs(group, dependency, self.log), resumed):
-                        flying[j.name] = (s, t0, r)
-            if not flying:  # never expected: a dependency cycle
-                self._never_ran(waiting, index, n)
-                break
-            ended = launcher.wait([v[0] for v in flying.values()], self.log)
-            for name in [k for k, v in flying.items() if v[0] in ended]:
-                if name not in flying:  # queued behind a job that ended just now: taken back already
-                    continue
-                s, t0, resumed = flying.pop(name)
-                job = self._by_name[name]
-                rc = launcher.exit_status(s, job)
-                again = (rc < 0 or rc >= 128) and job.resumable and launcher.again(s, job.run_dir, self.log)
-                if again:
-                    waiting.append(job)
-                else:
-                    self._report(self._finish(job, rc, t0, resumed), index, n, waiting, {})
-                if again or self.results[name].state != "done":
-                    for k in [k for k in flying if name in self._by_name[k].after]:
-                        launcher.cancel(flying.pop(k)[0])
-                        waiting.append(self._by_name[k])
-            waiting.sort(key=lambda j: index[j.name])
-        return self.results
-
-    def _submittable(self, waiting: list[Job], flying: dict[str, Any], index, n) -> dict[str | None, list[Job]]:
-        """The waiting jobs that can be submitted now, taken out of ``waiting``, by dependency (None: none); the ones
-        whose ``after`` did not finish are reported blocked."""
-        groups: dict[str | None, list[Job]] = {}
-        for j in list(waiting):
-            deps = [d for d in j.after if d in self._by_name]
-            if (blocked := self._blocker(j)) is not None:
-                waiting.remove(j)
-                self.results[j.name] = JobResult(j.name, "blocked", error=blocked)
-                self._report(self.results[j.name], index, n, waiting, {})
-            elif all(d in self.results for d in deps):
-                waiting.remove(j)
-                groups.setdefault(None, []).append(j)
-            elif self.launcher.slurm and all(d in self.results or d in flying for d in deps):
-                waiting.remove(j)
-                ids = ":".join(flying[d][0].job_id for d in deps if d in flying)
-                groups.setdefault(f"afterok:{ids}", []).append(j)
-        return groups
 
     def _report(self, res: JobResult, index, n, pending, running) -> None:
         extra = ""
