@@ -528,6 +528,13 @@ def test_claim3_saturation_threshold_can_fail_and_pass():
     # the time average weights the run by time: log-spaced early probes do not outweigh the rest
     early_low = ([0, 1, 2, 5, 10, 20, 50, 100, 1000], [0.1] * 7 + [0.9, 0.9])
     assert c3.time_mean(early_low) > 0.8 and float(np.mean(early_low[1])) < 0.3
+    # the per-norm table weights alike: a norm low at the early probes only reads like the rule's time average
+    recs = [
+        {"step": t, "layers": [{"layer": 0, "attn_norm": {"saturation": v}}], "final_norm": {"saturation": v}}
+        for t, v in zip(*early_low)
+    ]
+    per_norm = c3.norm_saturations(recs)
+    assert per_norm == pytest.approx({"0.attn_norm": c3.time_mean(early_low), "final_norm": c3.time_mean(early_low)})
 
 
 def old_claim4_part(std_layers, small_layers):

@@ -152,18 +152,22 @@ def judge(
 
 
 def norm_saturations(records: list[dict[str, Any]]) -> dict[str, float]:
-    """{norm name: saturation averaged over the probed steps} (the per-norm table)."""
-    acc: dict[str, list[float]] = {}
+    """{norm name: its saturation time-averaged over training} (the per-norm table): the same trapezoid weights as
+    the rule's :func:`time_mean`, so the log-spaced early probes do not outweigh the rest of the run."""
+    acc: dict[str, tuple[list[float], list[float]]] = {}
+
+    def add(name: str, step: Any, sat: Any) -> None:
+        if is_finite(step) and is_finite(sat):
+            steps, vals = acc.setdefault(name, ([], []))
+            steps.append(float(step))
+            vals.append(float(sat))
+
     for rec in records:
         for l in rec.get("layers") or []:
             for n in ("attn_norm", "mlp_norm"):
-                s = (l.get(n) or {}).get("saturation")
-                if s is not None:
-                    acc.setdefault(f"{l.get('layer')}.{n}", []).append(s)
-        s = (rec.get("final_norm") or {}).get("saturation")
-        if s is not None:
-            acc.setdefault("final_norm", []).append(s)
-    return {k: float(np.mean(v)) for k, v in acc.items()}
+                add(f"{l.get('layer')}.{n}", rec.get("step"), (l.get(n) or {}).get("saturation"))
+        add("final_norm", rec.get("step"), (rec.get("final_norm") or {}).get("saturation"))
+    return {k: time_mean(v) for k, v in acc.items()}
 
 
 def analyse(ctx: ClaimContext) -> dict[str, Any]:
@@ -186,7 +190,7 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     )
     tables = [
         {
-            "title": "RMSNorm saturation ms/(ms+ε) per norm, mean over the probed steps (seed 0)",
+            "title": "RMSNorm saturation ms/(ms+ε) per norm, time-averaged over training (seed 0)",
             "columns": ["norm", "ε = 1e-5", "ε = 1e-12"],
             "rows": [[n, f"{sb[n]:.3f}", f"{ss[n]:.3f}"] for n in names],
         },
