@@ -664,6 +664,7 @@ def test_claim7_bins_by_a_symmetric_reference_show_no_trend_on_null_data():
     old = compare_token_scores(-a1, -b1, reference_logp=-b2, windows=win, n_boot=300)
     old_means = [b["delta_sym"]["mean"] for b in old["bins"]]
     assert old_means[-1] - old_means[0] > 0.02 and c7.judge(old["bins"]).verdict == NOT_SUPPORTED
+    assert c7.judge(old["bins"], tokens_per_param=9.4, enough=75.0).verdict == NOT_REACHED
     new = compare_token_scores(-a1, -b1, reference_logp=-(a2 + b2) / 2, windows=win, n_boot=300)
     new_means = [b["delta_sym"]["mean"] for b in new["bins"]]
     assert max(abs(m) for m in new_means) < 0.01
@@ -691,6 +692,10 @@ def test_claim7_true_concentration_in_the_inner_bins_is_found():
     v = c7.judge([r1["bins"], r2["bins"]])
     assert v.verdict == SUPPORTED and v.numbers["seed_pairs"] == 2
     assert all("t-interval over 2 seed pairs" in e.noise for e in v.effects)
+    # a loss claim: below the declared budget neither a true effect nor a trend says anything
+    short = c7.judge([r1["bins"], r2["bins"]], tokens_per_param=9.4, enough=75.0)
+    assert short.verdict == NOT_REACHED and short.effects == v.effects
+    assert c7.judge([r1["bins"], r2["bins"]], tokens_per_param=75.0, enough=75.0).verdict == SUPPORTED
 
 
 def test_claim7_references_are_symmetric_and_paired_by_seed(tmp_path):
@@ -807,7 +812,8 @@ def test_claims_10_and_11_are_not_reached_below_the_declared_budget():
 
 LOSS_CLAIMS = (2, 3, 5, 8, 10, 11)
 """The loss claims judged from this package's own runs (claim 1, and claim 10 from a crossover, are judged by
-:func:`smallinit.analysis.crossing.loss_claim_verdict` at the crossover's declared budget)."""
+:func:`smallinit.analysis.crossing.loss_claim_verdict` at the crossover's declared budget; claim 7's budget step is
+tested on its judge, test_claim7_true_concentration_in_the_inner_bins_is_found)."""
 
 
 class _Behind:

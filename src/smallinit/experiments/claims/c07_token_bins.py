@@ -15,7 +15,9 @@ arm). The (ℓ_A + ℓ_B)/2 bins stay in the report as a secondary table with th
 Rule (:func:`judge`): with M the mean Δ_sym over the inner bins (moderate … very hard), parts (a) M − Δ_sym(easy) > 0
 and (b) M − Δ_sym(extreme) > 0. One seed pair: half-widths from the per-bin bootstrap intervals (sqrt of summed
 squares). k ≥ 2 seed pairs: each part per pair, then a 95% t-interval over the k pairs (k − 1 degrees of freedom),
-never narrower than the pairs' combined bootstrap half-width sqrt(Σ h_k²)/k."""
+never narrower than the pairs' combined bootstrap half-width sqrt(Σ h_k²)/k. A loss claim: from runs below the
+declared budget (``Preset.enough``) it reads *inconclusive — not reached at this budget*, never *not supported* —
+a model still behind overall shows where it loses least, not where its gains concentrate."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from smallinit.experiments.claims.rules import (
     INCONCLUSIVE,
     Effect,
     Verdict,
+    at_budget,
     combine,
     difference,
     half_width,
@@ -83,9 +86,19 @@ def parts(bins: list[dict[str, Any]]) -> tuple[Effect, Effect] | None:
     )
 
 
-def judge(bins: list[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Verdict:
+def judge(
+    bins: list[dict[str, Any]] | Sequence[list[dict[str, Any]]],
+    tokens_per_param: float | None = None,
+    enough: float | None = None,
+) -> Verdict:
     """Claim 7. ``bins`` from compare (easy → extreme), each with ``delta_sym`` {"mean", "ci95"} — one comparison,
-    or a list of them, one per seed pair (paired by seed). Parts and noise as in the module docstring."""
+    or a list of them, one per seed pair (paired by seed). Parts and noise as in the module docstring. A loss claim
+    (its gains are per-token loss differences): compared runs below the declared budget ``enough`` (tokens per
+    non-embedding parameter) read *inconclusive — not reached* (:func:`~.rules.at_budget`)."""
+    return at_budget(_judge_bins(bins), tokens_per_param, enough, "the compared runs")
+
+
+def _judge_bins(bins: list[dict[str, Any]] | Sequence[list[dict[str, Any]]]) -> Verdict:
     from smallinit.core.stats import t_quantile
 
     sets = [bins] if bins and isinstance(bins[0], dict) else [list(b) for b in bins]
@@ -155,7 +168,7 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
         if res is None:
             return ctx.result("token-level comparison", None, notes=[f"the comparison of seed {s} failed"])
         results.append((s, res, refs, words))
-    v = judge([r.get("bins") or [] for _, r, _, _ in results])
+    v = judge([r.get("bins") or [] for _, r, _, _ in results], _tokens_per_param(ctx), ctx.p.enough)
     for s, _, refs, words in results:
         v.notes.append(f"seed {s}: bins by {words} ({', '.join(_run_name(r) for r in refs)})")
     s0, res, refs0, ref_words = results[0]
@@ -199,6 +212,14 @@ def _arm_runs(ctx: ClaimContext) -> tuple[dict[int, Path], dict[int, Path], tupl
     g = ctx.crossover_run("gamma-only")
     fallback = (g, "the γ-only arm (γ 0.5, ε 1e-12, gate; a model from neither family)") if g else neither
     return runs_a, runs_b, fallback, " (the crossover's largest budget)"
+
+
+def _tokens_per_param(ctx: ClaimContext) -> float | None:
+    """Tokens per non-embedding parameter of the compared runs: the crossover's largest budget, else the arms'."""
+    if ctx.p.crossover is None:
+        return ctx.budget(ctx.roles["paper"], ctx.roles["baseline"])
+    t = (ctx.crossover() or {}).get("tokens_per_param") or []
+    return float(t[-1]) if t else None
 
 
 def _run_name(r: Path) -> str:
