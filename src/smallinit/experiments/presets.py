@@ -226,7 +226,7 @@ CPU_STEPS = 240
 
 CPU = Preset(
     name="cpu",
-    budget="≈ 2 hours on a 2-core CPU (1h34m measured on 2026-11-30, before claims 4–6 got a third seed)",
+    budget="≈ 2 hours on a 2-core CPU (1h38m measured on 2026-12-05)",
     description=(
         "claim 1 (and 7) from a crossover at d128 × 4 layers, T 256: 8M tokens per arm × seed, arms baseline, "
         "paper and γ-only, 2 seeds, budgets D/16 … D, each arm's rate tuned on D/4 runs of its own seed; "
