@@ -114,3 +114,18 @@ def test_the_reproduction_plan_is_estimated_by_its_makespan(tmp_path, monkeypatc
     )
     assert plan_wall_seconds(plan, 2) > sum(est) / 2  # uneven runs cannot all finish together
     assert phase_wall_seconds([60.0], 2) == 30.0  # one run alone has both cores
+
+
+def test_the_plan_prints_tokens_per_non_embedding_parameter(tmp_path):
+    """The dry run's tok/param is the declared budget's unit (tokens / non-embedding parameters), as the claims'
+    tables print it; it used to divide by every parameter (1.99 for a d64 run the claims call 2.14)."""
+    from smallinit.experiments.plan import describe_plan, make_plan
+    from smallinit.experiments.presets import get_preset
+
+    plan = make_plan(get_preset("cpu"), tmp_path, tmp_path / "data", 50.0, 40.0, 2)
+    text = describe_plan(plan, 2)
+    job = plan.phase1[0]
+    c = plan.costs[job.name]
+    assert c["non_embedding_params"] < c["params"]
+    row = next(line for line in text.splitlines() if line.strip().startswith(job.name + " "))
+    assert row.split()[3] == f"{c['tokens'] / c['non_embedding_params']:.2f}"

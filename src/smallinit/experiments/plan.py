@@ -199,6 +199,7 @@ def describe_plan(plan: Plan, jobs: int) -> str:
         f"phase 1: {len(plan.phase1)} runs",
     ]
     total_s, total_flops = 0.0, 0.0
+    # tok/param: tokens per non-embedding parameter, the unit of the declared budget (Preset.enough) and the claims
     lines.append(f"  {'run':<46} {'params':>9} {'tokens':>9} {'tok/param':>9} {'PFLOP':>8} {'est':>8}")
     for j in plan.phase1:
         c = plan.costs.get(j.name)
@@ -206,7 +207,8 @@ def describe_plan(plan: Plan, jobs: int) -> str:
             total_flops += c["flops"]
             lines.append(
                 f"  {j.name:<46} {c['params'] / 1e6:8.2f}M {c['tokens'] / 1e6:8.2f}M "
-                f"{c['tokens'] / c['params']:9.2f} {c['flops'] / 1e15:8.3f} {fmt_seconds(j.est_seconds):>8}"
+                f"{c['tokens'] / c.get('non_embedding_params', c['params']):9.2f} {c['flops'] / 1e15:8.3f} "
+                f"{fmt_seconds(j.est_seconds):>8}"
             )
         else:
             lines.append(f"  {j.name:<46} {'':>9} {'':>9} {'':>9} {'':>8} {fmt_seconds(j.est_seconds):>8}")
