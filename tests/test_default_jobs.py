@@ -118,7 +118,7 @@ def test_the_reproduction_plan_is_estimated_by_its_makespan(tmp_path, monkeypatc
 
 def test_the_plan_prints_tokens_per_non_embedding_parameter(tmp_path):
     """The dry run's tok/param is the declared budget's unit (tokens / non-embedding parameters), as the claims'
-    tables print it; it used to divide by every parameter (1.99 for a d64 run the claims call 2.14)."""
+    tables print it; it used to divide by every parameter (1.87 for a gated d64 run the claims call 2.14)."""
     from smallinit.experiments.plan import describe_plan, make_plan
     from smallinit.experiments.presets import get_preset
 
