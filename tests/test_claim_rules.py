@@ -665,6 +665,7 @@ def test_claim7_bins_by_a_symmetric_reference_show_no_trend_on_null_data():
     old_means = [b["delta_sym"]["mean"] for b in old["bins"]]
     assert old_means[-1] - old_means[0] > 0.02 and c7.judge(old["bins"]).verdict == NOT_SUPPORTED
     assert c7.judge(old["bins"], tokens_per_param=9.4, enough=75.0).verdict == NOT_REACHED
+    assert c7.judge(old["bins"], tokens_per_param=75.0, enough=75.0).verdict == NOT_SUPPORTED  # at the budget: judged
     new = compare_token_scores(-a1, -b1, reference_logp=-(a2 + b2) / 2, windows=win, n_boot=300)
     new_means = [b["delta_sym"]["mean"] for b in new["bins"]]
     assert max(abs(m) for m in new_means) < 0.01
@@ -881,6 +882,12 @@ class _Behind:
     @staticmethod
     def final_losses_by_seed(x, arm_name):
         return {int(s): r[-1] for s, r in x["losses"][arm_name].items()}
+
+    @staticmethod
+    def largest_budget_tokens_per_param(x):
+        from smallinit.experiments.claims.context import ClaimContext
+
+        return ClaimContext.largest_budget_tokens_per_param(x)  # the real reading of crossover.json
 
     def result(self, measured, v, **kw):
         from smallinit.experiments.claims.context import make_result

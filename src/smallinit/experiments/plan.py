@@ -207,7 +207,7 @@ def describe_plan(plan: Plan, jobs: int) -> str:
             total_flops += c["flops"]
             lines.append(
                 f"  {j.name:<46} {c['params'] / 1e6:8.2f}M {c['tokens'] / 1e6:8.2f}M "
-                f"{c['tokens'] / c.get('non_embedding_params', c['params']):9.2f} {c['flops'] / 1e15:8.3f} "
+                f"{c['tokens'] / c['non_embedding_params']:9.2f} {c['flops'] / 1e15:8.3f} "
                 f"{fmt_seconds(j.est_seconds):>8}"
             )
         else:

@@ -142,7 +142,8 @@ def analyse_crossovers(ctx: ClaimContext, extra: list[tuple[Any, dict[str, Any] 
             notes.append(f"{crossover_folder(xp)} did not finish")
             continue
         n = float(x["non_embedding_params"])
-        tpp[n] = float(x["tokens_per_param"][-1])
+        if (t := ctx.largest_budget_tokens_per_param(x)) is not None:
+            tpp[n] = t
         for setting in ("nofix", "fix"):
             _, l1, l05 = seed_pairs(
                 ctx.final_losses_by_seed(x, f"{setting}-1"), ctx.final_losses_by_seed(x, f"{setting}-0.5")

@@ -138,7 +138,7 @@ def analyse_crossover(ctx: ClaimContext, xp: Any, x: dict[str, Any] | None) -> d
     }
     one_seed = min(len(v) for v in losses.values()) < 2
     hw = ctx.crossover_noise_floor if one_seed else None
-    tpp = float(x["tokens_per_param"][-1]) if x.get("tokens_per_param") else None
+    tpp = ctx.largest_budget_tokens_per_param(x)
     v = judge(losses, hw, hw, tokens_per_param=tpp, enough=ctx.p.enough)
     if one_seed:
         v.notes.append(

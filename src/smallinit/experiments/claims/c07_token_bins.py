@@ -218,8 +218,7 @@ def _tokens_per_param(ctx: ClaimContext) -> float | None:
     """Tokens per non-embedding parameter of the compared runs: the crossover's largest budget, else the arms'."""
     if ctx.p.crossover is None:
         return ctx.budget(ctx.roles["paper"], ctx.roles["baseline"])
-    t = (ctx.crossover() or {}).get("tokens_per_param") or []
-    return float(t[-1]) if t else None
+    return ctx.largest_budget_tokens_per_param(ctx.crossover())
 
 
 def _run_name(r: Path) -> str:

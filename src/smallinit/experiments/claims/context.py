@@ -278,6 +278,13 @@ class ClaimContext:
         rows = ((x or {}).get("losses") or {}).get(arm_name) or {}
         return {int(s): float(r[-1]) if r and r[-1] is not None else math.nan for s, r in rows.items()}
 
+    @staticmethod
+    def largest_budget_tokens_per_param(x: dict[str, Any] | None) -> float | None:
+        """A crossover's tokens per non-embedding parameter at its largest budget D_max (None when unknown): what
+        a claim read from it compares against the declared budget."""
+        t = (x or {}).get("tokens_per_param") or []
+        return float(t[-1]) if t else None
+
     def crossover_trunk(self, arm_name: str, seed: int = 0) -> Path | None:
         """The constant-rate trunk of a crossover arm at ``seed`` (None unless finished): its probe log covers the
         whole run up to the last cooldown's start."""
