@@ -17,7 +17,7 @@ examples:
   smallinit crossover baseline:model.gamma=0.5,model.norm_eps=1e-5,model.gate=none \\
       paper:model.gamma=1.0,model.norm_eps=1e-12,model.gate=elementwise \\
       --config tiny --set data.path=data/en-bytes --enough 75 --seeds 5 --jobs 2 --out out/xover
-  smallinit crossover ... --lrs 1e-3,3e-3,1e-2   # each arm's rate tuned first on D/4 WSD runs (own seed)
+  smallinit crossover ... --lrs 1e-3,3e-3,1e-2   # each arm's rate tuned first at D (own seed)
   smallinit crossover ... --dry-run      # the plan: runs, tokens, tokens per parameter, estimated time
   smallinit crossover ... --launcher slurm --partition gpu --gpus-per-job 1 --time 240   # one SLURM job per run
 """
@@ -144,9 +144,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tune-fraction",
         type=parse_fraction,
-        default=0.25,
+        default=1.0,
         metavar="F",
-        help="length of a tuning run as a fraction of D, at least 1/4 (default 1/4)",
+        help="length of a tuning run as a fraction of D, at least 1/4 (default 1: every rate trains a whole trunk "
+        "with its cooldown branches, so each arm runs at its best rate at the judged budget)",
+    )
+    p.add_argument(
+        "--effect",
+        type=parse_positive,
+        metavar="NATS",
+        help="the claimed effect δ in nats, declared with --enough before the runs: an interval holding 0 whose "
+        "one-sided 95%% upper bound is below δ reads 'smaller than the claimed effect' (see "
+        "`smallinit claimed-effect` for the paper's 44%% in nats)",
     )
     p.add_argument(
         "--jobs",
@@ -213,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         lrs=_rates(args.lrs),
         tune_fraction=args.tune_fraction,
         enough=args.enough,
+        effect=args.effect,
     )
     if args.tokens is None:
         spec.tokens = tokens_for_enough(spec)

@@ -36,6 +36,7 @@ from smallinit.core.errors import ConfigError, RunDirError
 from smallinit.core.io import atomic_write_json, atomic_write_text
 from smallinit.experiments.crossover_checks import SPEC_FILE, check_data, check_output, check_reuse
 from smallinit.experiments.crossover_runs import CrossoverJob, crossover_job, execute
+from smallinit.experiments.crossover_tuning import collect_tuning, tune_learning_rates
 from smallinit.train.schedule import wsd_decay_start
 
 DEFAULT_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
@@ -69,14 +70,20 @@ class CrossoverSpec:
     base_config: dict[str, Any] | None = None
     """A nested config mapping used instead of ``base`` (``reproduce`` passes its preset's resolved base)."""
     lrs: list[float] = field(default_factory=list)
-    """Learning rates tuned per arm before the trunks (empty: every arm keeps its own ``optim.lr``). Each value trains
-    one WSD run of ``tune_fraction``·D tokens at ``tune_seed`` (:func:`tune_learning_rates`)."""
-    tune_fraction: float = MIN_TUNE_FRACTION
-    """Length of a tuning run as a fraction of D (≥ 1/4, DESIGN.md §2: a rate judged early favours fast starters)."""
+    """Learning rates tuned per arm before the trunks (empty: every arm keeps its own ``optim.lr``). At each value every
+    arm trains at ``tune_seed``: a whole trunk with its cooldown branches when ``tune_fraction`` is 1, else one WSD run
+    of ``tune_fraction``·D tokens (:mod:`~smallinit.experiments.crossover_tuning`)."""
+    tune_fraction: float = 1.0
+    """Length of a tuning run as a fraction of D: 1 (the default) tunes at the judged budget with a rate profile at
+    every budget; ≥ 1/4 is accepted (a rate judged early favours fast starters and can bias the gap)."""
     tune_extend: int = 2
     """How many times the (shared) grid may grow by one step past an edge value that wins for any arm."""
     tune_seed: int = TUNE_SEED
     """Seed of the tuning runs; never one of ``seeds`` (the selection would bias that seed's losses)."""
+    effect: float | None = None
+    """The claimed effect δ (nats), declared with K before the runs: the gain the claim predicts at D_K. An interval of
+    G that holds 0 with its one-sided 95% upper bound below δ reads *smaller than the claimed effect*
+    (:func:`smallinit.analysis.crossing.loss_claim_verdict`); seeds are planned for 80% power at δ."""
     enough: float | None = None
     """The declared budget K in tokens per non-embedding parameter (of the baseline arm), fixed before the runs:
     a loss claim is judged at the budget nearest K·N (:func:`smallinit.analysis.crossing.loss_claim_verdict`);
@@ -110,6 +117,10 @@ class CrossoverSpec:
             )
         if self.enough is not None and not (self.enough > 0 and math.isfinite(self.enough)):
             raise ConfigError(f"--enough must be a finite number of tokens per parameter > 0, got {self.enough}")
+        if self.effect is not None and not (self.effect > 0 and math.isfinite(self.effect)):
+            raise ConfigError(f"--effect must be a finite number of nats > 0, got {self.effect}")
+        if self.effect is not None and self.enough is None:
+            raise ConfigError("--effect is declared with a budget: give --enough K too")
         if self.tune_extend < 0:
             raise ConfigError(f"tune_extend must be >= 0, got {self.tune_extend}")
         for name, overrides in self.arms.items():
@@ -212,12 +223,28 @@ def _branch_config(cfg: RunConfig, b: Budget, cooldown: float) -> RunConfig:
     return c
 
 
+def arm_seed_jobs(
+    spec: CrossoverSpec, cfg: RunConfig, arm: str, seed: int, home: Path, tuning: bool = False
+) -> tuple[CrossoverJob, list[CrossoverJob], list[Budget]]:
+    """(trunk, branches, budgets) of one arm × seed trained with ``cfg`` in ``home`` (``home/trunk``,
+    ``home/D<tokens>``); ``tuning``: the runs are labelled as a tuning run of ``cfg``'s rate."""
+    b = plan_budgets(spec, cfg)
+    trunk = crossover_job("trunk", arm, seed, home / "trunk", _trunk_config(cfg, b), tuning=tuning)
+    branches = [
+        crossover_job(
+            "branch", arm, seed, home / f"D{x.tokens}", _branch_config(cfg, x, spec.cooldown), trunk, x.start, tuning
+        )
+        for x in b
+    ]
+    return trunk, branches, b
+
+
 def plan_jobs(
     spec: CrossoverSpec, out: Path, lrs: dict[str, float] | None = None
 ) -> tuple[list[CrossoverJob], list[CrossoverJob], list[Budget]]:
-    """(trunks, branches, budgets) for every arm × seed. ``lrs`` (arm → rate, from :func:`tune_learning_rates`)
-    replaces the arms' ``optim.lr``. Each run's torch threads are set when it is trained
-    (:func:`~smallinit.experiments.crossover_runs.execute`)."""
+    """(trunks, branches, budgets) for every arm × seed. ``lrs`` (arm → rate, from
+    :func:`~smallinit.experiments.crossover_tuning.tune_learning_rates`) replaces the arms' ``optim.lr``. Each run's
+    torch threads are set when it is trained (:func:`~smallinit.experiments.crossover_runs.execute`)."""
     trunks, branches = [], []
     budgets: list[Budget] | None = None
     for arm in spec.arms:
@@ -225,117 +252,17 @@ def plan_jobs(
             cfg = arm_config(spec, arm, seed)
             if lrs and arm in lrs:
                 cfg.optim.lr = lrs[arm]
-            b = plan_budgets(spec, cfg)
+            trunk, bs, b = arm_seed_jobs(spec, cfg, arm, seed, out / "runs" / arm / f"seed{seed}")
             if budgets is not None and [x.tokens for x in b] != [x.tokens for x in budgets]:
                 raise ConfigError(
                     f"arm {arm!r} has another batch or sequence length than the others: "
                     "budgets must be the same token counts in every arm"
                 )
             budgets = b
-            home = out / "runs" / arm / f"seed{seed}"
-            trunk = crossover_job("trunk", arm, seed, home / "trunk", _trunk_config(cfg, b))
             trunks.append(trunk)
-            for x in b:
-                cooldown = _branch_config(cfg, x, spec.cooldown)
-                branches.append(crossover_job("branch", arm, seed, home / f"D{x.tokens}", cooldown, trunk, x.start))
+            branches += bs
     assert budgets is not None
     return trunks, branches, budgets
-
-
-# ---- the learning rate of each arm ------------------------------------------------------------------------------
-
-
-def _lr_name(lr: float) -> str:
-    return f"lr{lr:.3g}"
-
-
-def tune_job(spec: CrossoverSpec, out: Path, arm: str, lr: float) -> CrossoverJob:
-    """One tuning run: ``arm`` at rate ``lr`` and seed ``tune_seed`` (no reported seed), WSD over
-    S = round(tune_fraction·D / (B·T)) steps with the cooldown fraction c — the same schedule as a cooldown branch of
-    that length, trained from step 0. It is judged on ``tune_loss``: ``data.tune_batches`` validation batches that
-    follow, and never overlap, the ``data.val_batches`` behind every reported loss (as many as those when unset)."""
-    cfg = arm_config(spec, arm, spec.tune_seed)
-    cfg.optim.lr = lr
-    if cfg.data.tune_batches <= 0:
-        cfg.data.tune_batches = cfg.data.val_batches
-    steps = max(2, int(round(spec.tune_fraction * spec.tokens / (cfg.train.batch_size * cfg.data.seq_len))))
-    c = _branch_config(cfg, Budget(steps, 0, 0), spec.cooldown)
-    return crossover_job("tune", arm, spec.tune_seed, out / "runs" / arm / "tune" / _lr_name(lr), c)
-
-
-def _grid_step(lrs: list[float]) -> float:
-    """The grid's geometric step (max/min)^(1/(n−1)); 10^0.5 for a single value."""
-    g = sorted(lrs)
-    return (g[-1] / g[0]) ** (1 / (len(g) - 1)) if len(g) > 1 else math.sqrt(10)
-
-
-def collect_tuning(spec: CrossoverSpec, out: Path) -> dict[str, dict[str, Any]]:
-    """Per arm: {"losses": {lr: final tune_loss or None}, "chosen": the arg-min rate, "at_edge": whether the
-    chosen rate is the smallest or largest one tried} from the tuning runs found under ``OUT/runs/ARM/tune``
-    (``final_val_loss`` only for a run that recorded no ``tune_loss``, written before tune batches existed)."""
-    from smallinit.runs.rundir import collect_run, read_config
-
-    res: dict[str, dict[str, Any]] = {}
-    for arm in spec.arms:
-        home = out / "runs" / arm / "tune"
-        losses: dict[float, float | None] = {}
-        for d in sorted(home.iterdir()) if home.is_dir() else []:
-            if not d.is_dir() or not d.name.startswith("lr"):
-                continue
-            run = collect_run(d)
-            cfg = read_config(d) or {}
-            lr = float((cfg.get("optim") or {}).get("lr", d.name[2:]))
-            v = run.get("final_tune_loss")
-            v = run.get("final_val_loss") if v is None else v
-            v = v if run["state"] == "done" else None
-            losses[lr] = v if v is not None and math.isfinite(v) else None
-        if not losses:
-            continue
-        ok = {lr: v for lr, v in losses.items() if v is not None}
-        chosen = min(ok, key=ok.get) if ok else None
-        tried = sorted(losses)
-        res[arm] = {
-            "losses": {f"{lr:.3g}": losses[lr] for lr in tried},
-            "chosen": chosen,
-            "at_edge": chosen is not None and len(tried) > 1 and chosen in (tried[0], tried[-1]),
-        }
-    return res
-
-
-def tune_learning_rates(
-    spec: CrossoverSpec, out: Path, workers: int, threads: int, log: Callable[[str], None], launcher: Any = None, **run
-) -> dict[str, float]:
-    """Each arm's learning rate: every arm trains the same grid (``spec.lrs``) as :func:`tune_job` runs, and keeps the
-    rate with the lowest ``tune_loss``. When any arm's winner is the grid's smallest (largest) value, the grid grows by
-    one value a grid step below (above) *for every arm*, up to ``tune_extend`` times: the same grid and number of
-    tries for every arm, so no arm gets more chances than another. Finished tuning runs are reused on a rerun.
-    ``run``: :func:`~smallinit.experiments.crossover_runs.execute`'s ``retry_failed``, ``gflops`` and ``inprocess``.
-    Returns arm → rate."""
-    step = _grid_step(spec.lrs)
-    grid = sorted(spec.lrs)
-    extended = 0
-    while True:
-        jobs = [tune_job(spec, out, arm, lr) for arm in spec.arms for lr in grid]
-        done = execute(jobs, workers, log, threads, launcher, **run)
-        failed = [p for p, r in done.items() if r[0] == "failed"]
-        if failed:
-            raise RunDirError(f"tuning run {failed[0].relative_to(out)} failed: {done[failed[0]][1]} ({RETRY})")
-        tuned = collect_tuning(spec, out)
-        grow: set[float] = set()
-        for arm in spec.arms:
-            t = tuned.get(arm)
-            if t is None or t["chosen"] is None:
-                raise RunDirError(f"no tuning run of arm {arm!r} reached a finite validation loss; lower the rates")
-            if t["chosen"] == grid[0]:
-                grow.add(float(f"{grid[0] / step:.3g}"))
-            elif t["chosen"] == grid[-1]:
-                grow.add(float(f"{grid[-1] * step:.3g}"))
-        if not grow or extended >= spec.tune_extend:
-            break
-        extended += 1
-        grid = sorted({*grid, *grow})
-        log(f"[crossover] a best rate at the grid's edge: every arm also tries {', '.join(f'{v:.3g}' for v in grow)}")
-    return {arm: t["chosen"] for arm, t in collect_tuning(spec, out).items()}
 
 
 def run_crossover(
@@ -421,7 +348,7 @@ def analyse(
             )
     return {
         "spec": spec.to_dict(),
-        "tuning": collect_tuning(spec, out) if spec.lrs else {},
+        "tuning": collect_tuning(spec, out, budgets) if spec.lrs else {},
         "budgets": [asdict(b) for b in budgets],
         "non_embedding_params": n_non_emb,
         "tokens_per_param": [d / n_non_emb for d in D],

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from smallinit.core.errors import ConfigError
-from smallinit.experiments.crossover import CrossoverSpec, arm_config, plan_jobs, run_crossover, tune_job
+from smallinit.experiments.crossover import CrossoverSpec, arm_config, plan_jobs, run_crossover
+from smallinit.experiments.crossover_tuning import tune_jobs
 from smallinit.runs.rundir import read_json
 
 
@@ -82,7 +83,7 @@ def training_seconds(spec: CrossoverSpec, gflops: float) -> tuple[list[list[floa
     from smallinit.experiments.cost import fmt_seconds, model_cost
 
     trunks, branches, _ = plan_jobs(spec, Path("."))
-    tunes = [tune_job(spec, Path("."), a, lr) for a in spec.arms for lr in spec.lrs]
+    tunes = [j for a in spec.arms for lr in spec.lrs for j in tune_jobs(spec, Path("."), a, lr)]
     batches, lines = [], []
     for batch in (tunes, trunks, branches):
         batches.append([])
@@ -94,9 +95,10 @@ def training_seconds(spec: CrossoverSpec, gflops: float) -> tuple[list[list[floa
             secs = c["flops_per_token"] * tokens / (gflops * 1e9)
             batches[-1].append(secs)
             end = t.max_steps * per_step
-            what = f"lr {j.config.optim.lr:.3g}" if j.kind == "tune" else f"seed {j.seed}"
+            tuning = j.kind == "tune" or (spec.lrs and j.seed == spec.tune_seed)
+            what = f"lr {j.config.optim.lr:.3g}" if tuning else f"seed {j.seed}"
             lines.append(
-                f"  {j.arm:<11} {what:<8} {j.kind:<6} steps {j.start:>6}→{t.max_steps:<6} trains "
+                f"  {j.arm:<11} {what:<8} {('tune ' + j.run_dir.name) if tuning and j.kind != 'tune' else j.kind:<6} steps {j.start:>6}→{t.max_steps:<6} trains "
                 f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
                 f"≈ {fmt_seconds(secs)}"
             )

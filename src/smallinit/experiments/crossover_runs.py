@@ -43,12 +43,27 @@ class CrossoverJob(Job):
 
 
 def crossover_job(
-    kind: str, arm: str, seed: int, run_dir: Path, config: Any, trunk: CrossoverJob | None = None, start: int = 0
+    kind: str,
+    arm: str,
+    seed: int,
+    run_dir: Path,
+    config: Any,
+    trunk: CrossoverJob | None = None,
+    start: int = 0,
+    tuning: bool = False,
 ) -> CrossoverJob:
-    """The job of one run: named by its path under ``runs/`` (``ARM/seedS/D1280``: unique in a crossover), labelled
-    for the log (``ARM seed S RUN``), a branch waiting for ``trunk`` and starting from its step ``start``."""
-    name = "/".join(run_dir.parts[-3:])
-    label = f"{arm} seed {seed} {run_dir.name}" if kind != "tune" else f"{arm} tune {run_dir.name}"
+    """The job of one run: named by its path under ``runs/`` (``ARM/seedS/D1280``, ``ARM/tune/lr0.003/trunk``: unique
+    in a crossover), labelled for the log (``ARM seed S RUN``, ``ARM tune lr0.003 RUN``), a branch waiting for
+    ``trunk`` and starting from its step ``start``; ``tuning``: a trunk or branch of a tuning run at D."""
+    parts = run_dir.parts
+    below = len(parts) - 1 - parts[::-1].index("runs") if "runs" in parts else len(parts) - 4
+    name = "/".join(parts[below + 1 :])
+    if kind == "tune":
+        label = f"{arm} tune {run_dir.name}"
+    elif tuning:
+        label = f"{arm} tune {run_dir.parent.name} {run_dir.name}"
+    else:
+        label = f"{arm} seed {seed} {run_dir.name}"
     return CrossoverJob(
         name,
         run_dir,
