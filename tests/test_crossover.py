@@ -597,54 +597,42 @@ def test_two_seeds_never_predict_a_crossing_either_way():
 # ---- issue 32 (C, J): arms on another tokenizer; equal settings written differently; a key twice in one arm ------
 
 
-def test_an_arm_on_data_of_another_tokenizer_is_refused_before_any_folder(token_dir, tmp_path, capsys):
-    """An arm with its own data.path prepared under another tokenizer (byte-level vs BPE) used to print a gap in
-    mixed units; compare and scaling refuse such mixes. One error line naming both data folders, no folder made."""
+def test_arms_on_other_data_are_refused_before_any_folder_run_and_dry_run(token_dir, tmp_path, capsys):
+    """Issue #43 (6): an arm with its own data.path — same tokenizer, other text — printed *supported, G = +2.47*, each
+    arm scored on its own validation split. Any data.* difference between arms (path, BOS, validation or tune
+    batches) is now refused with one error line before any folder is made, by the run and by its dry run; data of
+    another tokenizer is refused as well. The same data written per arm is fine."""
     from smallinit.cli import main as cli
-    from smallinit.core.errors import DataError
+    from smallinit.core.errors import ConfigError, DataError
     from smallinit.data import prepare_corpus
-    from smallinit.experiments.crossover import run_crossover
+    from smallinit.experiments.crossover import plan_jobs, run_crossover
+    from smallinit.experiments.crossover_checks import check_data, check_same_data
 
     text = tmp_path / "a.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 400)
     bytes_dir = tmp_path / "bytes"
     prepare_corpus([str(text)], bytes_dir, tokenizer="byte", val_fraction=0.1, progress=False)
     spec = _spec(token_dir)
-    spec.arms["small"] = ["model.gamma=1.0", f"data.path={bytes_dir}"]
     out = tmp_path / "x"
-    with pytest.raises(DataError, match="different tokenizers") as e:
-        run_crossover(spec, out, log=lambda s: None)
-    assert str(token_dir) in str(e.value) and str(bytes_dir) in str(e.value)
-    assert not out.exists()
+    for other in (f"data.path={bytes_dir}", "data.bos=true", "data.val_batches=3"):
+        spec.arms["small"] = ["model.gamma=1.0", other]
+        with pytest.raises(ConfigError, match=f"differ in data.{other.split('=')[0][5:]}"):
+            run_crossover(spec, out, log=lambda s: None)
+        assert not out.exists()
+    spec.arms["small"] = ["model.gamma=1.0"]
+    with pytest.raises(DataError, match="different tokenizers"):  # the tokenizer check stands behind it
+        check_data([*plan_jobs(spec, out)[0], *plan_jobs(_spec(bytes_dir), out)[0]])
     capsys.readouterr()
     over = [x for o in tiny_overrides(token_dir) for x in ("--set", o)]
-    assert (
-        cli(
-            [
-                "crossover",
-                "base:model.gamma=0.5",
-                f"small:model.gamma=1.0,data.path={bytes_dir}",
-                "--config",
-                "tiny",
-                *over,
-                "--tokens",
-                "5120",
-                "--budgets",
-                "1/4,1/2,1",
-                "--out",
-                str(out),
-            ]
-        )
-        == 2
-    )
-    lines = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and str(bytes_dir) in lines[0], lines
-    assert not out.exists()
+    for dry in ([], ["--dry-run"]):
+        argv = ["crossover", "base:model.gamma=0.5", f"small:model.gamma=1.0,data.path={bytes_dir}", "--config"]
+        argv += ["tiny", *over, "--tokens", "5120", "--budgets", "1/4,1/2,1", "--out", str(out), *dry]
+        assert cli(argv) == 2
+        lines = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and str(bytes_dir) in lines[0], lines
+        assert not out.exists()
     spec.arms["small"] = ["model.gamma=1.0", f"data.path={token_dir}"]  # the same data, written per arm: fine
-    from smallinit.experiments.crossover import plan_jobs
-    from smallinit.experiments.crossover_checks import check_data
-
-    check_data(plan_jobs(spec, out)[0])
+    assert check_same_data(plan_jobs(spec, out)[0])["path"] == str(token_dir.resolve())
 
 
 def test_equal_settings_written_differently_continue_and_a_key_twice_in_an_arm_is_refused(

@@ -30,6 +30,7 @@ VERBS: dict[str, str] = {
     "reproduce": "reproduce",
     "crossover": "crossover",
     "crossover-widths": "crossover_widths",
+    "crossover-rejudge": "crossover_rejudge",
     "doctor": "doctor",
     "init-report": "init_report",
     "audit": "audit",

@@ -34,20 +34,31 @@ from smallinit.analysis.gap_fit import (
     describe_gap_fit,  # noqa: F401
     fit_gap_curve,
 )
+from smallinit.analysis.loss_verdict import (  # noqa: F401 - re-exported: the verdict's names
+    DECLARED_TOLERANCE,
+    INCONCLUSIVE,
+    NOT_REACHED,
+    NOT_SUPPORTED,
+    POWER,
+    SMALLER,
+    SUPPORTED,
+    _judge,
+    effect_stats,
+    judged_budget,
+    loss_claim_verdict,
+    lost_seeds,
+    one_sided_upper,
+    power_at,
+    seeds_for_power,
+    seeds_to_resolve,
+)
 from smallinit.analysis.scaling import ScalingError, ScalingFit, fit_scaling_law, predict
 from smallinit.core.stats import Interval, paired_t_interval
-
-SUPPORTED = "supported"
-NOT_SUPPORTED = "not supported"
-INCONCLUSIVE = "inconclusive"
-NOT_REACHED = "inconclusive — not reached at this budget"
 
 HORIZON = 1000.0
 """The crossing is searched up to HORIZON × the largest measured budget."""
 EXTRAPOLATION = 10.0
 """A crossing beyond EXTRAPOLATION × the largest measured budget is flagged as an extrapolation."""
-DECLARED_TOLERANCE = 0.02
-"""A budget counts as the declared one K·N when it is ≥ (1 − this)·K·N (budgets are whole optimizer steps)."""
 FOUR_FOLD_TOLERANCE = 0.10
 """The reference of "over 4× of budget" is the budget nearest D/4 by ratio, within this relative distance."""
 
@@ -104,6 +115,18 @@ class CrossoverAnalysis:
     gap_change_from: float | None = None
     """The reference budget of ``gap_change`` (≈ D_judged / 4), None when no budget lies there."""
     gap_fit: GapFit | None = None
+    effect: float | None = None
+    """The claimed effect δ (nats) declared with the budget; None: none declared."""
+    upper_one_sided: float | None = None
+    """The one-sided 95% upper bound of G at the judged budget: mean + t_{k−1, 0.95}·sd/√k."""
+    power: float | None = None
+    """The power these seeds had to find a true gap δ at the measured spread (:func:`power_at`)."""
+    seeds_for_power: int | None = None
+    """The seeds that give :data:`POWER` to find δ at the measured spread (:func:`seeds_for_power`)."""
+    complete_pairs: int = 0
+    """Seeds with a finite loss in both arms at the judged budget (the k of the verdict)."""
+    missing: list[str] = field(default_factory=list)
+    """Every seed lost at the judged budget, named: "seed 3 paper: non-finite at D = …"."""
 
     def __post_init__(self) -> None:
         if self.judged < 0:
@@ -224,35 +247,6 @@ def gap_change(
     return paired_t_interval(ch), i
 
 
-def seeds_to_resolve(diffs: Sequence[float], level: float = 0.95, most: int = 1000) -> int | None:
-    """The smallest number of seeds n whose t-interval would exclude 0 if the seed-paired differences kept their
-    mean m and spread s: t_{n−1}·s/√n < |m|. None with < 2 differences, m = 0, or n > ``most``."""
-    from smallinit.core.stats import t_quantile
-
-    d = np.asarray([x for x in diffs if x is not None and math.isfinite(x)], dtype=np.float64)
-    if d.size < 2 or d.mean() == 0:
-        return None
-    m, sd = abs(float(d.mean())), float(d.std(ddof=1))
-    if sd == 0:
-        return 2
-    for n in range(2, most + 1):
-        if t_quantile(n - 1, level) * sd / math.sqrt(n) < m:
-            return n
-    return None
-
-
-def judged_budget(D: Sequence[float], declared_tokens: float | None) -> tuple[int, bool]:
-    """(index of the budget a loss claim is judged at, whether the declared budget was reached): the smallest budget
-    ≥ (1 − :data:`DECLARED_TOLERANCE`)·K·N; the largest budget, unreached, when all are below; the largest budget
-    when nothing was declared."""
-    if declared_tokens is None:
-        return len(D) - 1, True
-    for j, d in enumerate(D):
-        if d >= (1.0 - DECLARED_TOLERANCE) * declared_tokens:
-            return j, True
-    return len(D) - 1, False
-
-
 def analyse_crossover(
     budgets: Sequence[float],
     losses: dict[str, dict[int, Sequence[float | None]]],
@@ -263,6 +257,8 @@ def analyse_crossover(
     noise_floor: float | None = None,
     horizon: float = HORIZON,
     enough_tokens_per_param: float | None = None,
+    effect: float | None = None,
+    problems: dict[str, dict[int, Sequence[str | None]]] | None = None,
 ) -> CrossoverAnalysis:
     """The gap, its verdict at the declared budget, closing, the gap fit and the per-arm fits for ``variant``
     against ``baseline`` (module docstring).
@@ -270,7 +266,10 @@ def analyse_crossover(
     ``losses[arm][seed]`` is the list of annealed validation losses at ``budgets`` (None where missing). Only
     seeds present in both arms are used (pairs). ``enough_tokens_per_param`` is the declared budget K (tokens per
     non-embedding parameter; needs ``non_embedding_params``); None: judged at the largest budget. ``noise_floor``
-    (nats) is the seed-noise floor that a one-seed gap must exceed (:func:`loss_claim_verdict`).
+    (nats) is the seed-noise floor that a one-seed gap must exceed (:func:`loss_claim_verdict`). ``effect`` is the
+    claimed effect δ declared with K (the *smaller than the claimed effect* outcome, power and planned seeds).
+    ``problems[arm][seed][k]`` says why a loss is None: every seed lost at the judged budget is named in the verdict
+    (:func:`lost_seeds`); a non-finite (diverged) one is that arm's failure.
     """
     D, seeds = _budgets_and_seeds(budgets, losses, baseline, variant, non_embedding_params, enough_tokens_per_param)
     base = {s: list(losses[baseline][s]) for s in seeds}
@@ -283,18 +282,22 @@ def analyse_crossover(
     fb, fv, crossing, notes = _arm_fits(D, base, var, seeds, (baseline, variant), n_boot, horizon)
     fits = {baseline: fb.to_dict() if fb else None, variant: fv.to_dict() if fv else None}
     tpp = [float(d) / non_embedding_params for d in D] if non_embedding_params else None
-    where = (
-        f"D = {D[j]:,.0f} tokens"
-        + (f" ({tpp[j]:.3g} tokens/param)" if tpp else "")
-        + ("" if declared is None else f", declared {enough_tokens_per_param:g} tokens/param")
-    )
-    verdict, reason = loss_claim_verdict(
+    where = f"D = {D[j]:,.0f} tokens" + (f" ({tpp[j]:.3g} tokens/param)" if tpp else "")
+    where += "" if declared is None else f", declared {enough_tokens_per_param:g} tokens/param"
+    diffs = _paired_diffs(base, var, seeds, j)
+    lost = lost_seeds(problems, {baseline: base, variant: var}, seeds, j, D[j])
+    stats = effect_stats(diffs, effect)
+    verdict, reason = _judge(
         gap[j],
+        diffs,
         len(seeds),
+        lost,
+        stats,
+        (baseline, variant),
+        effect,
         noise_floor,
         reached=reached,
         where=where,
-        seeds_needed=seeds_to_resolve(_paired_diffs(base, var, seeds, j)),
         declared=declared is not None,
     )
     a = CrossoverAnalysis(
@@ -317,6 +320,10 @@ def analyse_crossover(
         reached=reached,
         gap_change_from=float(D[ref]) if ref is not None else None,
         gap_fit=gap_fit,
+        effect=effect,
+        complete_pairs=len(diffs),
+        missing=lost,
+        **stats,
     )
     a.answer = one_line_answer(a, non_embedding_params)
     return a
@@ -386,53 +393,6 @@ def _arm_fits(
     if fb.n_sizes == 3 or fv.n_sizes == 3:
         notes.append("3 budgets: each fit passes through its points (no check of the functional form)")
     return fb, fv, crossing, notes
-
-
-def loss_claim_verdict(
-    gap: Interval,
-    n_seeds: int,
-    noise_floor: float | None = None,
-    reached: bool = True,
-    where: str = "the judged budget",
-    seeds_needed: int | None = None,
-    declared: bool = True,
-) -> tuple[str, str]:
-    """The verdict of a loss claim ("the variant reaches lower loss") at the declared budget (DESIGN.md §2).
-
-    With ≥ 2 seeds G has a seed-paired 95% t-interval: **supported** when it lies above 0, **not supported** when it
-    lies below 0, **inconclusive** when it holds 0 (the reason says how many seeds would resolve it at the measured
-    spread). With one seed, "above/below" means beyond ± ``noise_floor`` (a preset's measured seed-to-seed spread;
-    none: inconclusive). **Inconclusive — not reached at this budget** only when ``reached`` is False (the largest
-    budget lies below the declared one): a short run never says *not supported*. Closing and the crossing are
-    reported beside the verdict; they do not decide it.
-    """
-    g = gap.value
-    if g is None:
-        return INCONCLUSIVE, f"no gap measured at {where}"
-    if n_seeds >= 2 and gap.lo is not None and gap.hi is not None:
-        above, below = gap.lo > 0, gap.hi < 0
-        noise = f"95% t-interval [{gap.lo:+.4f}, {gap.hi:+.4f}] over {n_seeds} seeds"
-    else:
-        above = noise_floor is not None and g > noise_floor
-        below = noise_floor is not None and g < -noise_floor
-        noise = f"one seed; noise floor {noise_floor:.4f}" if noise_floor is not None else "one seed and no noise floor"
-    text = f"G = {g:+.4f} nats at {where} ({noise})"
-    if not declared:
-        text += "; no budget was declared before the runs, so the largest one is judged"
-    if not reached:
-        return NOT_REACHED, f"the largest budget is below the declared one: {text}"
-    if above:
-        return SUPPORTED, f"the variant is ahead: {text}"
-    if below:
-        return NOT_SUPPORTED, f"the variant is behind: {text}"
-    more = (
-        f"; ≈ {seeds_needed} seeds would resolve it at the measured spread"
-        if seeds_needed
-        else "; no number of seeds would resolve a zero mean gap"
-        if n_seeds >= 2
-        else ""
-    )
-    return INCONCLUSIVE, f"the interval holds 0: {text}{more}"
 
 
 def describe_crossing(c: Crossing) -> str:

@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
 
     from smallinit.core.errors import ConfigError
     from smallinit.experiments.cost import default_jobs, usable_cores
-    from smallinit.experiments.crossover import CrossoverSpec, check_output, run_crossover, tokens_for_enough
+    from smallinit.experiments.crossover import CrossoverSpec, preflight, run_crossover, tokens_for_enough
 
     if args.seeds < 1 or (args.jobs is not None and args.jobs < 1) or args.threads < 0:
         raise ConfigError("--seeds and --jobs must be >= 1 and --threads >= 0")
@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
         spec.tokens = tokens_for_enough(spec)
     spec.validate()
     if args.dry_run:  # estimated at the widest stage: arms × seeds trunks (× rates while tuning)
-        check_output(Path(args.out), spec)  # what the real run would refuse, the dry run refuses (nothing written)
+        preflight(spec, Path(args.out))  # what the real run would refuse, the dry run refuses (nothing written)
         jobs = args.jobs or default_jobs(len(arms) * args.seeds * max(1, len(spec.lrs or ())))
         print_plan(spec, Path(args.out), args.threads or max(1, usable_cores() // jobs), jobs)
         return 0

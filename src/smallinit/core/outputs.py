@@ -50,6 +50,7 @@ _DIR_KINDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "scaling": (("scaling.json",),),
     "anchor": (("anchor.json",),),
     "crossover": (("crossover.spec.json",),),
+    "rejudge": (("crossover.json", "crossover.md"),),
     "widths": (("widths.json",),),
     "audit": (("audit.json",),),
     "plot": (("index.html",),),  # last: a reproduce folder has an index.html too; ours carry GENERATOR
@@ -71,6 +72,7 @@ OWN_NAMES: dict[str, frozenset[str]] = {
     ),
     "run": frozenset({"config.yaml", "tokenizer.json", "hf_config.json", "checkpoints"}),  # import-hf
     "widths": frozenset({"widths.json", "widths.md", "widths.png"}),  # crossover-widths
+    "rejudge": frozenset({"crossover.json", "crossover.md", "crossover.png"}),  # crossover-rejudge
 }
 """Everything a ``--force`` replacement of each kind writes (top-level names). ``--force`` replaces a folder only
 when it holds nothing else: a file or folder the user added (``notes.txt``, ``mine/``; for a run, a trained run's
@@ -95,6 +97,7 @@ KIND_NAMES = {
     "crossover": "a crossover folder",
     "audit": "an audit output",
     "widths": "a crossover-widths folder",
+    "rejudge": "a crossover-rejudge folder",
 }
 
 

@@ -21,7 +21,6 @@ finished ones and resumes interrupted ones; a failed one (``failed.json``) is ru
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import sys
@@ -31,13 +30,22 @@ from pathlib import Path
 from typing import Any
 
 from smallinit.analysis.crossing import CrossoverAnalysis, analyse_crossover
-from smallinit.config import RunConfig, load_config
 from smallinit.core.errors import ConfigError, RunDirError
 from smallinit.core.io import atomic_write_json, atomic_write_text
-from smallinit.experiments.crossover_checks import SPEC_FILE, check_data, check_output, check_reuse
-from smallinit.experiments.crossover_runs import CrossoverJob, crossover_job, execute
+from smallinit.experiments.crossover_checks import SPEC_FILE, check_data, check_output, check_reuse, check_same_data
+from smallinit.experiments.crossover_jobs import (  # noqa: F401 - the plan's names, re-exported
+    Budget,
+    arm_config,
+    arm_seed_jobs,
+    baseline_non_embedding_params,
+    branch_config,
+    plan_budgets,
+    plan_jobs,
+    tokens_for_enough,
+    trunk_config,
+)
+from smallinit.experiments.crossover_runs import CrossoverJob, execute
 from smallinit.experiments.crossover_tuning import collect_tuning, tune_learning_rates
-from smallinit.train.schedule import wsd_decay_start
 
 DEFAULT_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 TUNE_SEED = 1_000_003
@@ -143,126 +151,16 @@ CROSSOVER_SETS = {
 """Keys a crossover sets for every run: an arm that sets one is refused (it would be silently replaced)."""
 
 
-@dataclass(frozen=True)
-class Budget:
-    """One budget: S = steps to the end of its cooldown, start = the trunk step its branch starts from."""
-
-    steps: int
-    start: int
-    tokens: int
-
-
-def arm_config(spec: CrossoverSpec, arm: str, seed: int) -> RunConfig:
-    """The resolved config of ``arm`` at ``seed`` (base, then the spec's overrides, then the arm's); ``train.dtype``
-    "auto" is float32 for claim runs (:func:`smallinit.train.precision.pin_for_claims`)."""
-    from smallinit.train.precision import pin_for_claims
-
-    if spec.base_config is not None:
-        return pin_for_claims(
-            load_config(
-                None, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"], base=copy.deepcopy(spec.base_config)
-            )
-        )
-    return pin_for_claims(load_config(spec.base, [*spec.overrides, *spec.arms[arm], f"train.seed={seed}"]))
-
-
-def baseline_non_embedding_params(spec: CrossoverSpec) -> int:
-    """N: the baseline arm's non-embedding parameters (the model as trained on its data), the N of every
-    tokens-per-parameter figure of a crossover."""
-    cfg = arm_config(spec, spec.baseline, spec.seeds[0])
-    vocab = _data_vocab(cfg)
-    if vocab:
-        cfg.model.vocab_size = vocab
-    cfg.model.max_seq_len = max(cfg.model.max_seq_len, cfg.data.seq_len)
-    return cfg.model.num_params(non_embedding=True)
-
-
-def tokens_for_enough(spec: CrossoverSpec) -> int:
-    """D_max = ⌈K·N⌉ for the declared budget K (``spec.enough``) and the baseline's N."""
-    if spec.enough is None:
-        raise ConfigError("no declared budget (--enough) to size D from")
-    return int(math.ceil(spec.enough * baseline_non_embedding_params(spec)))
-
-
-def plan_budgets(spec: CrossoverSpec, cfg: RunConfig) -> list[Budget]:
-    """S_k = round(f_k · D / (B·T)); start s_k = wsd_decay_start(S_k) with decay_fraction = c. Refuses budgets whose
-    cooldown would be empty or start inside the warmup."""
-    per_step = cfg.train.batch_size * cfg.data.seq_len
-    probe = copy.deepcopy(cfg.optim)
-    probe.decay_fraction = spec.cooldown
-    out = []
-    for f in spec.fractions:
-        S = int(round(f * spec.tokens / per_step))
-        start = wsd_decay_start(S, probe)
-        if S < 2 or start < 1 or start != S - max(1, round(spec.cooldown * S)):  # the warmup would eat the cooldown
-            raise ConfigError(
-                f"budget {f:g}·D = {S} steps of {per_step} tokens is too small for a cooldown after "
-                f"{cfg.optim.warmup_steps} warmup steps; raise --tokens or lower optim.warmup_steps"
-            )
-        out.append(Budget(S, start, S * per_step))
-    if len({b.steps for b in out}) != len(out):
-        raise ConfigError(f"budgets {[b.steps for b in out]} (steps) are not distinct; raise --tokens")
-    return out
-
-
-def _trunk_config(cfg: RunConfig, budgets: list[Budget]) -> RunConfig:
-    c = copy.deepcopy(cfg)
-    c.optim.schedule = "constant"
-    c.train.max_steps = budgets[-1].start
-    c.train.ckpt_steps = sorted({b.start for b in budgets})
-    c.train.progress = False
-    return c
-
-
-def _branch_config(cfg: RunConfig, b: Budget, cooldown: float) -> RunConfig:
-    c = copy.deepcopy(cfg)
-    c.optim.schedule, c.optim.decay_fraction, c.optim.min_lr_ratio = "wsd", cooldown, 0.0
-    c.train.max_steps = b.steps
-    c.train.ckpt_steps = []
-    c.train.progress = False
-    return c
-
-
-def arm_seed_jobs(
-    spec: CrossoverSpec, cfg: RunConfig, arm: str, seed: int, home: Path, tuning: bool = False
-) -> tuple[CrossoverJob, list[CrossoverJob], list[Budget]]:
-    """(trunk, branches, budgets) of one arm × seed trained with ``cfg`` in ``home`` (``home/trunk``,
-    ``home/D<tokens>``); ``tuning``: the runs are labelled as a tuning run of ``cfg``'s rate."""
-    b = plan_budgets(spec, cfg)
-    trunk = crossover_job("trunk", arm, seed, home / "trunk", _trunk_config(cfg, b), tuning=tuning)
-    branches = [
-        crossover_job(
-            "branch", arm, seed, home / f"D{x.tokens}", _branch_config(cfg, x, spec.cooldown), trunk, x.start, tuning
-        )
-        for x in b
-    ]
-    return trunk, branches, b
-
-
-def plan_jobs(
-    spec: CrossoverSpec, out: Path, lrs: dict[str, float] | None = None
-) -> tuple[list[CrossoverJob], list[CrossoverJob], list[Budget]]:
-    """(trunks, branches, budgets) for every arm × seed. ``lrs`` (arm → rate, from
-    :func:`~smallinit.experiments.crossover_tuning.tune_learning_rates`) replaces the arms' ``optim.lr``. Each run's
-    torch threads are set when it is trained (:func:`~smallinit.experiments.crossover_runs.execute`)."""
-    trunks, branches = [], []
-    budgets: list[Budget] | None = None
-    for arm in spec.arms:
-        for seed in spec.seeds:
-            cfg = arm_config(spec, arm, seed)
-            if lrs and arm in lrs:
-                cfg.optim.lr = lrs[arm]
-            trunk, bs, b = arm_seed_jobs(spec, cfg, arm, seed, out / "runs" / arm / f"seed{seed}")
-            if budgets is not None and [x.tokens for x in b] != [x.tokens for x in budgets]:
-                raise ConfigError(
-                    f"arm {arm!r} has another batch or sequence length than the others: "
-                    "budgets must be the same token counts in every arm"
-                )
-            budgets = b
-            trunks.append(trunk)
-            branches += bs
-    assert budgets is not None
-    return trunks, branches, budgets
+def preflight(spec: CrossoverSpec, out: Path) -> tuple[list[CrossoverJob], list[CrossoverJob], list[Budget], dict]:
+    """Everything a crossover refuses before any work, for the run and its dry run alike: the spec, the plan (config
+    errors), arms on different data, an output folder holding something else or other declarations, data that is
+    missing or tokenized otherwise. Returns (trunks, branches, budgets, the data settings frozen in the spec)."""
+    spec.validate()
+    trunks, branches, budgets = plan_jobs(spec, out)  # config errors surface before any folder exists
+    data = check_same_data(trunks)
+    check_output(out, spec, inputs=tuple(sorted({j.config.data.path for j in trunks})), data=data)
+    check_data(trunks)
+    return trunks, branches, budgets, data
 
 
 def run_crossover(
@@ -285,16 +183,13 @@ def run_crossover(
     from smallinit.train.loop import RunLock
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-    spec.validate()
     out = Path(out_dir)
-    trunks, branches, budgets = plan_jobs(spec, out)  # config errors surface before any folder exists
-    check_output(out, spec, inputs=tuple(sorted({j.config.data.path for j in trunks})))
-    check_data(trunks)
+    trunks, branches, budgets, data = preflight(spec, out)
     if not spec.lrs:
         check_reuse(trunks, branches)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):
-        atomic_write_json(out / SPEC_FILE, spec.to_dict())
+        atomic_write_json(out / SPEC_FILE, {**spec.to_dict(), "data": data})
         run = {"retry_failed": retry_failed, "gflops": gflops, "inprocess": inprocess}
         if spec.lrs:
             chosen = tune_learning_rates(spec, out, workers, threads, log, launcher, **run)
@@ -310,20 +205,36 @@ def run_crossover(
     return result
 
 
-def collect_losses(spec: CrossoverSpec, out: Path, budgets: list[Budget]) -> dict[str, dict[int, list[float | None]]]:
-    """L[arm][seed] = the branches' final validation losses at each budget (None where a branch did not finish)."""
+def collect_losses(
+    spec: CrossoverSpec, out: Path, budgets: list[Budget]
+) -> tuple[dict[str, dict[int, list[float | None]]], dict[str, dict[int, list[str | None]]]]:
+    """(L, why): L[arm][seed] = the branches' final validation losses at each budget, None where there is no finite
+    one; why[arm][seed] = the reason for each None ("non-finite (diverged)", "failed: …", "did not finish", "not
+    run"), None beside a loss."""
     from smallinit.runs.rundir import collect_run
 
     losses: dict[str, dict[int, list[float | None]]] = {}
+    why: dict[str, dict[int, list[str | None]]] = {}
     for arm in spec.arms:
         for seed in spec.seeds:
-            row = []
+            row, reasons = [], []
             for b in budgets:
-                run = collect_run(out / "runs" / arm / f"seed{seed}" / f"D{b.tokens}")
+                run_dir = out / "runs" / arm / f"seed{seed}" / f"D{b.tokens}"
+                run = collect_run(run_dir)
                 v = run.get("final_val_loss") if run["state"] == "done" else None
-                row.append(v if v is not None and math.isfinite(v) else None)
+                ok = v is not None and math.isfinite(v)
+                row.append(v if ok else None)
+                if ok:
+                    reasons.append(None)
+                elif v is not None or (run_dir / "diverged.json").is_file():
+                    reasons.append("non-finite (diverged)")
+                elif run.get("error"):
+                    reasons.append(f"failed: {str(run['error'])[:80]}")
+                else:
+                    reasons.append("not run" if run["state"] == "new" else "did not finish")
             losses.setdefault(arm, {})[seed] = row
-    return losses
+            why.setdefault(arm, {})[seed] = reasons
+    return losses, why
 
 
 def analyse(
@@ -331,7 +242,7 @@ def analyse(
 ) -> dict[str, Any]:
     """Every non-baseline arm against the baseline (:func:`smallinit.analysis.crossing.analyse_crossover`)."""
     n_non_emb = baseline_non_embedding_params(spec)
-    losses = collect_losses(spec, out, budgets)
+    losses, why = collect_losses(spec, out, budgets)
     D = [b.tokens for b in budgets]
     analyses: dict[str, CrossoverAnalysis] = {}
     for arm in spec.arms:
@@ -345,6 +256,8 @@ def analyse(
                 n_boot=n_boot,
                 noise_floor=noise_floor,
                 enough_tokens_per_param=spec.enough,
+                effect=spec.effect,
+                problems=why,
             )
     return {
         "spec": spec.to_dict(),
@@ -357,17 +270,11 @@ def analyse(
     }
 
 
-def _data_vocab(cfg: RunConfig) -> int | None:
-    from smallinit.runs.rundir import read_json
-
-    v = (read_json(Path(cfg.data.path) / "meta.json") or {}).get("vocab_size")
-    return int(v) if v else None
-
-
 def write_report(result: dict[str, Any], out: Path) -> None:
     """crossover.json, crossover.md and crossover.png (:mod:`smallinit.experiments.crossover_report`)."""
-    from smallinit.experiments.crossover_report import crossover_figure, crossover_markdown
+    from smallinit.experiments.crossover_report import crossover_figure, crossover_markdown, tuning_figure
 
     atomic_write_json(out / "crossover.json", result)
     crossover_figure(result, out / "crossover.png")
+    tuning_figure(result, out / "tuning.png")
     atomic_write_text(out / "crossover.md", crossover_markdown(result, figure="crossover.png"))

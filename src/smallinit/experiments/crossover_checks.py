@@ -16,10 +16,12 @@ from smallinit.experiments.crossover_runs import CrossoverJob
 SPEC_FILE = "crossover.spec.json"
 
 
-def check_output(out: Path, spec: Any, inputs: tuple[str, ...] = ()) -> None:
+def check_output(out: Path, spec: Any, inputs: tuple[str, ...] = (), data: dict[str, Any] | None = None) -> None:
     """OUT must be new, empty, or a crossover with the same base settings, which is then continued: arms and seeds
     may be added and the budgets changed (a larger D extends the trunks; finished runs are reused), but the base
-    config, the overrides, the cooldown fraction and every earlier arm's overrides must stay as they were."""
+    config, the overrides, the cooldown fraction, every earlier arm's overrides, the declarations made before the
+    runs (``enough``, ``effect``) and the data they are scored on (``data``, :func:`data_settings`; not compared
+    with a spec written before it was recorded) must stay as they were."""
     from smallinit.core.outputs import check_out_dir as output_policy
 
     if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not (out / SPEC_FILE).is_file():
@@ -58,6 +60,22 @@ def check_output(out: Path, spec: Any, inputs: tuple[str, ...] = ()) -> None:
                     return value
             return value
 
+        declared = [k for k in ("enough", "effect") if old.get(k, new.get(k)) != new.get(k)]
+        if declared:
+            said = ", ".join(f"--{k} {old.get(k)}" for k in declared)
+            raise RunDirError(
+                f"{out} was declared with {said} before its runs; a declaration cannot change after them "
+                f"(asked: {', '.join(f'--{k} {new.get(k)}' for k in declared)}). To read the runs at another budget "
+                f"or effect, use `smallinit crossover-rejudge {out} --enough K [--effect NATS]` (its report says "
+                "so)"
+            )
+        if data is not None and old.get("data") not in (None, data):
+            was = old["data"]
+            k = next((k for k in data if was.get(k) != data[k]), "prepared")
+            raise RunDirError(
+                f"{out} was scored on other data (data.{k}: {was.get(k)!r} there, {data.get(k)!r} now); choose a "
+                "new --out"
+            )
         fixed = ("base", "overrides", "cooldown", "base_config", "lrs", "tune_fraction")
         diff = [k for k in fixed if norm(k, old.get(k, new.get(k))) != norm(k, new.get(k))]
         diff += [
@@ -104,6 +122,43 @@ def check_reuse(trunks: list[CrossoverJob], branches: list[CrossoverJob]) -> Non
                 )
 
 
+def data_settings(config: Any) -> dict[str, Any]:
+    """What an arm's loss is measured on: its ``data`` config (path resolved) and what the prepared folder says of
+    itself (tokenizer kind, vocabulary, train/val token counts)."""
+    from smallinit.runs.rundir import read_json
+
+    d = dict(config.to_dict()["data"])
+    d["path"] = os.path.realpath(os.path.abspath(d["path"]))
+    meta = read_json(Path(d["path"]) / "meta.json") or {}
+    tok = meta.get("tokenizer") if isinstance(meta.get("tokenizer"), dict) else {}
+    d["prepared"] = {"tokenizer": tok.get("kind"), "vocab_size": meta.get("vocab_size"), "tokens": meta.get("tokens")}
+    return d
+
+
+def check_same_data(jobs: list[CrossoverJob]) -> dict[str, Any]:
+    """Every arm must train and be scored on the same data: same prepared folder, tokenizer, window length, BOS,
+    validation and tune batches (checked before any work, dry runs too). Returns those settings, frozen in the spec
+    by the first run."""
+    from smallinit.core.errors import ConfigError
+
+    first: tuple[str, dict[str, Any]] | None = None
+    for j in jobs:
+        d = data_settings(j.config)
+        if first is None:
+            first = (j.arm, d)
+            continue
+        diff = [k for k in d if d[k] != first[1].get(k)]
+        if diff:
+            k = diff[0]
+            raise ConfigError(
+                f"arms {first[0]!r} and {j.arm!r} differ in data.{k} ({first[1].get(k)!r} vs {d[k]!r}): each arm "
+                "would be scored on its own data and no gap between them means anything; set data.* for every arm "
+                "(--set), not per arm"
+            )
+    assert first is not None
+    return first[1]
+
+
 def check_data(trunks: list[CrossoverJob]) -> None:
     """Every arm's data directory must be a prepared one, and all of them tokenized alike (checked before any folder
     is made): an arm with its own ``data.path`` on another tokenizer measures its loss in other units (per BPE token
@@ -133,4 +188,4 @@ def check_data(trunks: list[CrossoverJob]) -> None:
         seen.setdefault(key, (path, what))
 
 
-__all__ = ["SPEC_FILE", "check_data", "check_output", "check_reuse"]
+__all__ = ["SPEC_FILE", "check_data", "check_output", "check_reuse", "check_same_data", "data_settings"]

@@ -97,8 +97,9 @@ def training_seconds(spec: CrossoverSpec, gflops: float) -> tuple[list[list[floa
             end = t.max_steps * per_step
             tuning = j.kind == "tune" or (spec.lrs and j.seed == spec.tune_seed)
             what = f"lr {j.config.optim.lr:.3g}" if tuning else f"seed {j.seed}"
+            kind = f"tune {j.run_dir.name}" if tuning and j.kind != "tune" else j.kind
             lines.append(
-                f"  {j.arm:<11} {what:<8} {('tune ' + j.run_dir.name) if tuning and j.kind != 'tune' else j.kind:<6} steps {j.start:>6}→{t.max_steps:<6} trains "
+                f"  {j.arm:<11} {what:<8} {kind:<6} steps {j.start:>6}→{t.max_steps:<6} trains "
                 f"{tokens / 1e6:8.2f}M tokens (ends at {end / c['non_embedding_params']:8.1f} tokens/param) "
                 f"≈ {fmt_seconds(secs)}"
             )

@@ -106,10 +106,20 @@ def lr_words(result: dict[str, Any]) -> str:
             if seed is not None
             else f"seed {spec['seeds'][0]}, a reported seed; judged on the validation batches"
         )
+        how = (
+            "at the judged budget D (each rate a whole trunk with its cooldown branches)"
+            if spec.get("tune_fraction", 0) >= 1
+            else f"on {spec['tune_fraction']:g}·D WSD runs"
+        )
+        rule = (
+            " (the grid rate nearest the vertex of a quadratic in log η)"
+            if any("vertex" in t for t in tuning.values())
+            else " (the arg-min)"
+        )
         return (
-            f"learning rate tuned per arm on {spec['tune_fraction']:g}·D WSD runs ({who}), the same grid for "
-            "every arm: "
+            f"learning rate tuned per arm {how} ({who}), the same grid for every arm: "
             + ", ".join(f"{a} {fmt_num(t['chosen'], '.3g')}" for a, t in tuning.items())
+            + rule
             + (f" — still at the grid's edge for {', '.join(edge)}" if edge else "")
         )
     arm = next(iter(result["spec"]["arms"].values()))
@@ -121,11 +131,13 @@ def tuning_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """(columns, rows) of the tuning runs' final tune losses: one row per arm, one column per rate tried."""
     tuning = result.get("tuning") or {}
     rates = sorted({float(r) for t in tuning.values() for r in t["losses"]})
-    cols = ["arm", *[f"lr {r:.3g}" for r in rates], "chosen"]
+    cols = ["arm", *[f"lr {r:.3g}" for r in rates], "arg-min", "fit vertex", "chosen"]
     rows = [
         [
             arm,
             *[fmt_num(t["losses"].get(f"{r:.3g}")) if f"{r:.3g}" in t["losses"] else "" for r in rates],
+            fmt_num(t.get("argmin", t["chosen"]), ".3g"),
+            fmt_num(t.get("vertex"), ".3g"),
             fmt_num(t["chosen"], ".3g"),
         ]
         for arm, t in tuning.items()
@@ -151,6 +163,17 @@ def _overview_lines(result: dict[str, Any]) -> list[str]:
     spec = result["spec"]
     base = spec["baseline"]
     lines = ["# Crossover: loss against training budget", ""]
+    if result.get("rejudged"):
+        r = result["rejudged"]
+        lines += [
+            f"**Re-judged after the runs** at {r['enough']:g} tokens/param"
+            + (f", δ = {r['effect']:.4f} nats" if r.get("effect") else "")
+            + " by `smallinit crossover-rejudge` (declared before the runs: "
+            + (f"{r['declared_enough']:g} tokens/param" if r.get("declared_enough") else "no budget")
+            + (f", δ = {r['declared_effect']:.4f}" if r.get("declared_effect") else "")
+            + f"). {r.get('note') or ''}".rstrip(),
+            "",
+        ]
     for arm, a in result["analyses"].items():
         lines.append(f"- **{arm} vs {base}**: {a['answer']}. Verdict: **{a['verdict']}** — {a['reason']}.")
     lines += [
@@ -172,9 +195,10 @@ def _overview_lines(result: dict[str, Any]) -> list[str]:
 
 
 def _tuning_lines(result: dict[str, Any]) -> list[str]:
-    """The table of the tuning runs (:func:`tuning_rows`) under its heading."""
+    """The table of the tuning runs (:func:`tuning_rows`) under its heading, then (tuned at D) each arm's
+    loss-vs-rate profile at every budget."""
     cols, rows = tuning_rows(result)
-    return [
+    lines = [
         "## Learning rate per arm (final tune_loss of each tuning run)",
         "",
         "| " + " | ".join(cols) + " |",
@@ -182,6 +206,59 @@ def _tuning_lines(result: dict[str, Any]) -> list[str]:
         *["| " + " | ".join(r) + " |" for r in rows],
         "",
     ]
+    for arm, t in (result.get("tuning") or {}).items():
+        if t.get("fit"):
+            a, b, c = t["fit"]
+            over = ", ".join(f"{r:.3g}" for r in t["fit_rates"])
+            lines.append(
+                f"- {arm}: ℓ(x) = {a:.4g}·x² {b:+.4g}·x {c:+.4g}, x = ln η, over {over}"
+                + (f"; vertex η* = {t['vertex']:.3g}" if t.get("vertex") else "; not convex")
+            )
+    profiles = {a: t["profile"] for a, t in (result.get("tuning") or {}).items() if t.get("profile")}
+    if profiles:
+        tpp = dict(zip((str(b["tokens"]) for b in result["budgets"]), result["tokens_per_param"]))
+        lines += ["", "Rate profile: tune_loss at every budget (best per row in bold).", ""]
+        for arm, prof in profiles.items():
+            rates = sorted({float(r) for row in prof.values() for r in row})
+            lines += [
+                f"| {arm}: D (tokens/param) | " + " | ".join(f"lr {r:.3g}" for r in rates) + " |",
+                "|---|" + "---|" * len(rates),
+            ]
+            for d, row in prof.items():
+                ok = {r: v for r, v in row.items() if v is not None}
+                best = min(ok, key=ok.get) if ok else None
+                cells = [
+                    (f"**{fmt_num(row.get(f'{r:.3g}'))}**" if f"{r:.3g}" == best else fmt_num(row.get(f"{r:.3g}")))
+                    for r in rates
+                ]
+                lines.append(f"| {int(d):,} ({fmt_num(tpp.get(d), '.3g')}) | " + " | ".join(cells) + " |")
+            lines.append("")
+    return lines
+
+
+def tuning_figure(result: dict[str, Any], path: str | os.PathLike) -> Path | None:
+    """Each arm's tune_loss against the peak rate, one line per budget (tuned at D; the rate sensitivity of each
+    init); None without a profile."""
+    profiles = {a: t["profile"] for a, t in (result.get("tuning") or {}).items() if t.get("profile")}
+    if not profiles:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(profiles), figsize=(5.2 * len(profiles), 4), squeeze=False)
+    tpp = dict(zip((str(b["tokens"]) for b in result["budgets"]), result["tokens_per_param"]))
+    for ax, (arm, prof) in zip(axes[0], profiles.items()):
+        for i, (d, row) in enumerate(prof.items()):
+            pts = sorted((float(r), v) for r, v in row.items() if v is not None)
+            if pts:
+                ax.plot(*zip(*pts), "o-", color=color(i), ms=3, label=f"{fmt_num(tpp.get(d), '.3g')} tok/param")
+        chosen = (result["tuning"][arm] or {}).get("chosen")
+        if chosen:
+            ax.axvline(chosen, color="0.5", ls=":", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("peak learning rate η")
+        ax.set_ylabel("tune_loss")
+        ax.set_title(f"{arm}: loss vs rate at each budget (dotted: chosen)", fontsize=9)
+        ax.legend(fontsize=7)
+    return save_png(fig, path)
 
 
 def _loss_table_lines(result: dict[str, Any]) -> list[str]:
@@ -245,6 +322,18 @@ def _judged_lines(D: list[int], a: dict[str, Any]) -> list[str]:
             + ("" if a.get("reached", True) else " (the largest budget: the declared one was not reached)")
             + ".",
         ]
+    if a.get("effect") is not None:
+        up, pw, need = a.get("upper_one_sided"), a.get("power"), a.get("seeds_for_power")
+        lines += [
+            "",
+            f"Claimed effect δ = {a['effect']:.4f} nats (declared with the budget); one-sided 95% upper bound of G "
+            f"{fmt_num(up, '+.4f')}; power of these {a.get('complete_pairs', len(a['seeds']))} seed pairs to find a "
+            f"true δ at the measured spread: {fmt_num(pw * 100 if pw is not None else None, '.0f')}%"
+            + (f"; {need} seeds give 80%" if need else "")
+            + ".",
+        ]
+    if a.get("missing"):
+        lines += ["", f"Seeds lost at the judged budget: {'; '.join(a['missing'])}."]
     ref = a.get("gap_change_from")
     return lines + [
         "",

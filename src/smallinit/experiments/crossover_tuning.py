@@ -45,7 +45,7 @@ def tunes_at_budget(spec: Any) -> bool:
 def tune_config(spec: Any, arm: str, lr: float) -> Any:
     """The config of ``arm`` at rate ``lr`` and the tuning seed, with tune batches (as many as the validation
     batches when unset)."""
-    from smallinit.experiments.crossover import arm_config
+    from smallinit.experiments.crossover_jobs import arm_config
 
     cfg = arm_config(spec, arm, spec.tune_seed)
     cfg.optim.lr = lr
@@ -58,7 +58,7 @@ def tune_jobs(spec: Any, out: Path, arm: str, lr: float) -> list[Any]:
     """The runs that tune ``arm`` at ``lr``: at D a trunk and its branches under ``runs/ARM/tune/lrX/``
     (:func:`~smallinit.experiments.crossover.arm_seed_jobs`); shorter, one WSD run ``runs/ARM/tune/lrX`` of
     S = round(tune_fraction·D / (B·T)) steps with the cooldown fraction c."""
-    from smallinit.experiments.crossover import Budget, _branch_config, arm_seed_jobs
+    from smallinit.experiments.crossover_jobs import Budget, arm_seed_jobs, branch_config
     from smallinit.experiments.crossover_runs import crossover_job
 
     cfg = tune_config(spec, arm, lr)
@@ -67,7 +67,7 @@ def tune_jobs(spec: Any, out: Path, arm: str, lr: float) -> list[Any]:
         trunk, branches, _ = arm_seed_jobs(spec, cfg, arm, spec.tune_seed, home, tuning=True)
         return [trunk, *branches]
     steps = max(2, int(round(spec.tune_fraction * spec.tokens / (cfg.train.batch_size * cfg.data.seq_len))))
-    c = _branch_config(cfg, Budget(steps, 0, 0), spec.cooldown)
+    c = branch_config(cfg, Budget(steps, 0, 0), spec.cooldown)
     return [crossover_job("tune", arm, spec.tune_seed, home, c)]
 
 
@@ -175,8 +175,8 @@ def tune_learning_rates(
     there for *every* arm, up to ``tune_extend`` times. Finished tuning runs are reused on a rerun. ``run``:
     :func:`~smallinit.experiments.crossover_runs.execute`'s ``retry_failed``, ``gflops`` and ``inprocess``.
     Returns arm → rate."""
-    from smallinit.experiments.crossover import RETRY, plan_budgets
     from smallinit.experiments.crossover_checks import check_reuse
+    from smallinit.experiments.crossover_jobs import plan_budgets
     from smallinit.experiments.crossover_runs import execute
 
     step = grid_step(spec.lrs)
@@ -190,7 +190,10 @@ def tune_learning_rates(
         done = execute(jobs, workers, log, threads, launcher, **run)
         failed = [p for p, r in done.items() if r[0] in ("failed", "blocked")]
         if failed:
-            raise RunDirError(f"tuning run {failed[0].relative_to(out)} failed: {done[failed[0]][1]} ({RETRY})")
+            raise RunDirError(
+                f"tuning run {failed[0].relative_to(out)} failed: {done[failed[0]][1]} (rerun with --retry-failed "
+                "to run it again; the error and log are in its failed.json)"
+            )
         tuned = collect_tuning(spec, out, budgets)
         grow: set[float] = set()
         for arm in spec.arms:
