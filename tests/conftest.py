@@ -76,3 +76,11 @@ def tiny_cfg(token_dir):
         return load_config("tiny", tiny_overrides(token_dir, **extra))
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _cwd_outside_the_checkout(tmp_path_factory, monkeypatch):
+    """Every test runs in an empty folder of its own: no test may read what this checkout's data/, out/ or runs/ hold
+    (after `make demo` the default data.path data/stdlib exists, and a test that expected 'no data' would train).
+    Tests that need a repository file name it from ``Path(__file__)``."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
