@@ -18,6 +18,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # train.dtype=auto must not depend on this machine's bf16: every test sees an AVX2-only CPU (auto → fp32, nothing
 # measured) unless it fakes other flags, and no test reads or writes the user's cache (smallinit.train.precision)
 os.environ["SMALLINIT_CPU_FLAGS"] = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx fma avx2"
+os.environ["SMALLINIT_LOAD_PER_CORE"] = "0"  # and a quiet machine (train.dtype=auto records the load it measured at)
 os.environ["SMALLINIT_CACHE"] = tempfile.mkdtemp(prefix="smallinit-test-cache-")
 atexit.register(shutil.rmtree, os.environ["SMALLINIT_CACHE"], True)
 

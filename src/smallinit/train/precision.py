@@ -44,8 +44,6 @@ test depends on this machine's bf16, and it shows what ``auto`` would do elsewhe
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -56,12 +54,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from smallinit.train.dtype_cache import (  # noqa: F401 - the cache's names, re-exported
+    CACHE_FILE,
+    LOADED,
+    cache_dir,
+    cache_path,
+    load_per_core,
+    locked,
+    read_cache,
+    write_cache_entry,
+)
+
 DTYPES = ("auto", "fp32", "bf16")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 MIN_SPEEDUP = 1.05
 """bf16 is chosen only when its step is at least this much faster than float32's (t_fp32 / t_bf16)."""
-MEASURE_STEPS = 3
-CACHE_FILE = "dtype.json"
+MEASURE_STEPS = 5
 CLAIM_RUNS_DTYPE = "fp32"
 """What ``auto`` means for the runs that decide a claim (crossovers, ``reproduce``): float32. The parity check of issue
 31 (:func:`smallinit.train.precision_parity.loss_parity`: bf16 − fp32 final loss per arm and the claim-1 gap G under
@@ -189,68 +197,6 @@ def cache_key(machine: dict[str, Any], shape: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([machine, shape], sort_keys=True).encode()).hexdigest()[:24]
 
 
-# ---- the cache --------------------------------------------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    """``$SMALLINIT_CACHE``, else ``$XDG_CACHE_HOME/smallinit``, else ``~/.cache/smallinit``."""
-    env = os.environ.get("SMALLINIT_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "smallinit"
-
-
-def cache_path() -> Path:
-    return cache_dir() / CACHE_FILE
-
-
-def read_cache(path: Path) -> dict[str, Any]:
-    """The cache's entries (empty when the file is missing or unreadable: a damaged cache is measured again)."""
-    try:
-        d = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
-
-
-@contextlib.contextmanager
-def _locked(path: Path | None):
-    """An exclusive flock on ``path.lock`` (nothing when ``path`` is None or the folder cannot be made)."""
-    if path is None:
-        yield
-        return
-    fd = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:
-        if fd is not None:
-            os.close(fd)
-        fd = None
-    try:
-        yield
-    finally:
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-
-def write_cache_entry(path: Path, key: str, entry: dict[str, Any]) -> bool:
-    """Add ``entry`` under ``key`` (re-reading the file first), atomically; False when it cannot be written (a
-    read-only home: the run goes on, the next one measures again)."""
-    from smallinit.core.io import atomic_write_json
-
-    try:
-        d = read_cache(path)
-        d[key] = entry
-        atomic_write_json(path, d)
-        return True
-    except OSError:
-        return False
-
-
 # ---- the decision -----------------------------------------------------------------------------------------
 
 
@@ -275,12 +221,15 @@ def decide(
     shape_text: str = "",
     info: dict[str, Any] | None = None,
     now: Callable[[], float] = time.time,
+    load: Callable[[], float] = load_per_core,
 ) -> Decision:
     """The dtype for ``setting`` on ``device_type`` (pure apart from the cache file; the tests fake every input).
 
     ``measure()`` → (fp32 seconds, bf16 seconds) of one step; it is called only when the device has native bf16 and
-    the cache (``cache_file``, entry ``key``) holds no measurement. ``info``: readable machine/shape fields stored
-    beside a new cache entry."""
+    the cache (``cache_file``, entry ``key``) holds no usable measurement: none, or one taken under load (``load()``,
+    the 1-minute load per core, above :data:`LOADED` then) while the machine is quiet now. The load is recorded
+    with every measurement and named in the reason. ``info``: readable machine/shape fields stored beside a new
+    cache entry."""
     if setting in ("fp32", "bf16"):
         return Decision(setting, setting, "set by train.dtype")
     if setting != "auto":
@@ -288,17 +237,23 @@ def decide(
     ok, why = native_bf16(device_type, flags, cuda_bf16)
     if not ok:
         return Decision("fp32", "auto", f"auto: {why}")
-    with _locked(cache_file if key else None):
+    with locked(cache_file if key else None):
         entry = read_cache(cache_file).get(key) if cache_file is not None and key else None
         cached = isinstance(entry, dict) and all(
             isinstance(entry.get(k), (int, float)) and entry[k] > 0 for k in ("fp32_s", "bf16_s")
         )
+        now_load = load()
+        was_loaded = cached and float(entry.get("load_per_core", 0.0)) > LOADED
+        if was_loaded and now_load <= LOADED:
+            cached = False  # taken on a busy machine, and this one is quiet: measure again
         if cached:
             fp32_s, bf16_s = float(entry["fp32_s"]), float(entry["bf16_s"])
+            at_load = float(entry.get("load_per_core", float("nan")))
         else:
             if measure is None:
                 raise ValueError("decide: no cached measurement and nothing to measure with")
             fp32_s, bf16_s = measure()
+            at_load = max(now_load, load())
             if cache_file is not None and key:
                 write_cache_entry(
                     cache_file,
@@ -307,12 +262,14 @@ def decide(
                         "fp32_s": fp32_s,
                         "bf16_s": bf16_s,
                         "measured_at": time.strftime("%Y-%m-%d %H:%M", time.gmtime(now())),
+                        "load_per_core": round(at_load, 3),
                         **(info or {}),
                     },
                 )
     dtype = choose(fp32_s, bf16_s)
     ratio = fp32_s / bf16_s if bf16_s > 0 else float("nan")
-    when = f"cached, measured {entry.get('measured_at', '?')} UTC" if cached else "measured now"
+    busy = "" if at_load != at_load else f" at load {at_load:.2f}/core" + (" (busy)" if at_load > LOADED else "")
+    when = (f"cached, measured {entry.get('measured_at', '?')} UTC" if cached else "measured now") + busy
     where = f" at {shape_text}" if shape_text else ""
     verdict = (
         f"bf16 ×{ratio:.2f} faster" if dtype == "bf16" else f"bf16 ×{ratio:.2f}, below the ×{MIN_SPEEDUP:g} needed"
