@@ -38,6 +38,33 @@ VERBS: dict[str, str] = {
 }
 
 
+EXTRAS: dict[str, str] = {
+    "yaml": "train",
+    "tqdm": "train",
+    "safetensors": "train",
+    "tokenizers": "train",
+    "scipy": "analysis",
+    "matplotlib": "analysis",
+    "transformers": "hf",
+    "datasets": "hf",
+    "pyarrow": "hf",
+    "lm_eval": "eval",
+    "submitit": "cluster",
+    "wandb": "wandb",
+}
+"""A library a verb needs → the extra that installs it (the core is torch and numpy alone)."""
+
+
+def missing_extra(e: ModuleNotFoundError) -> str | None:
+    """The one line for a library that is not installed: which extra brings it, and the pip command; None when the
+    missing module is not one an extra provides (a real bug: the traceback stays)."""
+    top = (e.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    return f"this needs {top}, from the [{extra}] extra: pip install 'smallinit[{extra}]' (or 'smallinit[all]')"
+
+
 def _load(verb: str):
     return importlib.import_module(f"smallinit.commands.{VERBS[verb]}")
 
@@ -90,6 +117,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    try:
+        return _run_verb(argv)
+    except ModuleNotFoundError as e:
+        line = missing_extra(e)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
+
+
+def _run_verb(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         build_parser([])[0].error("give a verb: " + ", ".join(VERBS))
