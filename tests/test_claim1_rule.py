@@ -9,14 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from smallinit.analysis.crossing import (
-    INCONCLUSIVE,
-    NOT_REACHED,
-    NOT_SUPPORTED,
-    SMALLER,
-    SUPPORTED,
-    analyse_crossover,
-)
+from smallinit.analysis.crossing import INCONCLUSIVE, NOT_REACHED, NOT_SUPPORTED, SMALLER, SUPPORTED, analyse_crossover
 from smallinit.analysis.effect import claimed_effect, loss_at_budget
 from smallinit.analysis.loss_verdict import one_sided_upper, power_at, seeds_for_power
 from smallinit.experiments.crossover_tuning import choose_rate
