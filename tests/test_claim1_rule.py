@@ -256,3 +256,15 @@ def test_a_rerun_with_another_enough_or_effect_is_refused_and_rejudging_says_so(
     md = (rj / "crossover.md").read_text()
     assert "Re-judged after the runs** at 20 tokens/param" in md and "declared before the runs: 75 tokens/param" in md
     assert json.loads((rj / "crossover.json").read_text())["rejudged"]["declared_enough"] == 75.0
+
+
+def test_the_html_report_draws_part_results_unlike_a_claims_verdict():
+    """Issue #46 (5): a part's verdict in a table is an outlined "part: …" mark, the claim's verdict a filled badge;
+    the new outcome has its own colour."""
+    from smallinit.experiments.report import VERDICT_COLORS, render_html
+
+    page = render_html(
+        [("verdict", "inconclusive"), ("table", ["part", "verdict"], [["(a)", "supported"], ["(b)", SMALLER]])], "t"
+    )
+    assert page.count('class="verdict"') == 1 and page.count('class="part"') == 2
+    assert "part: supported" in page and SMALLER in VERDICT_COLORS

@@ -114,6 +114,7 @@ h1{border-bottom:1px solid #d0d7de;padding-bottom:.3em}h2{margin-top:2em;border-
 table{border-collapse:collapse;margin:.8em 0;font-size:.88em}th,td{border:1px solid #d0d7de;padding:.3em .6em;
 text-align:left}th{background:#f6f8fa}tr:nth-child(even) td{background:#fbfcfd}
 .verdict{display:inline-block;padding:.15em .6em;border-radius:1em;color:#fff;font-weight:600;font-size:.9em}
+.part{display:inline-block;padding:.05em .5em;border:1.5px solid;border-radius:.3em;font-size:.85em;background:none}
 .sw{display:inline-block;width:12px;height:12px;margin-right:6px}
 img{max-width:100%;border:1px solid #eaeef2;margin:.5em 0}pre{background:#f6f8fa;padding:.8em;overflow-x:auto;
 font-size:.8em}figure{margin:.6em 0}figcaption{font-size:.85em;color:#57606a}

@@ -27,6 +27,7 @@ VERDICT_COLORS = {
     "not supported": "#cf222e",
     "inconclusive": "#9a6700",
     "inconclusive — not reached at this budget": "#9a6700",
+    "smaller than the claimed effect": "#0969da",
     "not run in this preset": "#6e7781",
 }
 
@@ -65,8 +66,13 @@ def render_md(blocks: list[tuple]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _badge(v: str) -> str:
-    return f'<span class="verdict" style="background:{VERDICT_COLORS.get(v, "#6e7781")}">{html.escape(v)}</span>'
+def _badge(v: str, part: bool = False) -> str:
+    """A verdict as a filled badge (a claim's verdict) or, for one part's result in a table, an outlined one in the
+    same colour, so that no part reads as the claim's verdict."""
+    c = VERDICT_COLORS.get(v, "#6e7781")
+    if part:
+        return f'<span class="part" style="border-color:{c};color:{c}">part: {html.escape(v)}</span>'
+    return f'<span class="verdict" style="background:{c}">{html.escape(v)}</span>'
 
 
 def render_html(blocks: list[tuple], title: str) -> str:
@@ -90,7 +96,7 @@ def render_html(blocks: list[tuple], title: str) -> str:
                 cells = []
                 for c in r:
                     s = str(c)
-                    cells.append(f"<td>{_badge(s) if s in VERDICT_COLORS else e(s)}</td>")
+                    cells.append(f"<td>{_badge(s, part=True) if s in VERDICT_COLORS else e(s)}</td>")
                 out.append("<tr>" + "".join(cells) + "</tr>")
             out.append("</table>")
         elif kind == "img":
