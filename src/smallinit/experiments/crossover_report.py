@@ -300,7 +300,7 @@ def _gap_section_lines(result: dict[str, Any], arm: str, a: dict[str, Any]) -> l
             f"| {d:,} | {fmt_num(g['value'], '+.4f')} | [{fmt_num(g['lo'], '+.4f')}, {fmt_num(g['hi'], '+.4f')}] | "
             f"{g['method']} |"
         )
-    lines += _judged_lines(D, a)
+    lines += _judged_lines(D, a, rejudged=bool(result.get("rejudged")))
     if a.get("gap_fit"):
         lines += ["", _gap_fit_line(a["gap_fit"])]
     lines += _fit_table_lines(a, (base, arm))
@@ -310,7 +310,7 @@ def _gap_section_lines(result: dict[str, Any], arm: str, a: dict[str, Any]) -> l
     return lines
 
 
-def _judged_lines(D: list[int], a: dict[str, Any]) -> list[str]:
+def _judged_lines(D: list[int], a: dict[str, Any], rejudged: bool = False) -> list[str]:
     """Where the verdict is read (the declared budget, when there is one) and the change of the gap up to it."""
     ch, j = a["gap_change"], a.get("judged", len(D) - 1)
     lines = []
@@ -326,7 +326,8 @@ def _judged_lines(D: list[int], a: dict[str, Any]) -> list[str]:
         up, pw, need = a.get("upper_one_sided"), a.get("power"), a.get("seeds_for_power")
         lines += [
             "",
-            f"Claimed effect δ = {a['effect']:.4f} nats (declared with the budget); one-sided 95% upper bound of G "
+            f"Claimed effect δ = {a['effect']:.4f} nats "
+            f"({'given when re-judging' if rejudged else 'declared with the budget'}); one-sided 95% upper bound of G "
             f"{fmt_num(up, '+.4f')}; power of these {a.get('complete_pairs', len(a['seeds']))} seed pairs to find a "
             f"true δ at the measured spread: {fmt_num(pw * 100 if pw is not None else None, '.0f')}%"
             + (f"; {need} seeds give 80%" if need else "")
