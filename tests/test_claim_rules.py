@@ -537,6 +537,29 @@ def test_claim3_saturation_threshold_can_fail_and_pass():
     assert per_norm == pytest.approx({"0.attn_norm": c3.time_mean(early_low), "final_norm": c3.time_mean(early_low)})
 
 
+def test_claim3_part_a_is_not_reached_at_a_width_that_cannot_show_it():
+    """Issue #44 (3): under γ = 1 the hidden mean square starts at ≈ 1/d², above ε = 1e-5 for d < 316 — there ε cannot
+    dominate, and the cpu preset's d 256 read *not supported*. At d 256 part (a) is now not reached (with the reason),
+    whatever the data; at d 768 the same data decide as before, both ways; the preset definitions say which widths
+    can show it."""
+    from smallinit.experiments.claims import c03_saturation as c3
+    from smallinit.experiments.presets import PRESETS
+
+    steps = [0, 1, 2, 5, 10, 20, 50, 100, 200, 300]
+    loss = Effect("loss", 0.1, 0.05, 0.15)
+    healthy = {s: (steps, list(0.99 - 0.001 * np.arange(10) + 0.002 * s)) for s in range(3)}
+    dominated = {s: (steps, list(0.3 + 0.01 * np.sin(np.arange(10)) + 0.01 * s)) for s in range(3)}
+    ok = {s: (steps, [1.0] * 10) for s in range(3)}
+    narrow = c3.judge(healthy, ok, loss, width=256)
+    assert narrow.numbers["part_a"] == NOT_REACHED and narrow.verdict == NOT_REACHED
+    assert any("shows only at d ≳ 316" in n and "would read 'not supported'" in n for n in narrow.notes)
+    assert c3.judge(healthy, ok, loss, width=768).verdict == NOT_SUPPORTED
+    assert c3.judge(dominated, ok, loss, width=768).verdict == SUPPORTED
+    assert c3.can_show_saturation(317)[0] and not c3.can_show_saturation(316)[0]
+    widths = {name: c3.preset_width(p.sizes[p.main_size]) for name, p in PRESETS.items()}
+    assert not c3.can_show_saturation(widths["cpu"])[0] and c3.can_show_saturation(widths["gpu"])[0]
+
+
 def old_claim4_part(std_layers, small_layers):
     """Old claim 4: a percentile bootstrap over the layers of one run."""
     return paired_effect("a", small_layers, std_layers, "layers").verdict

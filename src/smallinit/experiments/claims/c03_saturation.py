@@ -17,6 +17,11 @@ log-spaced early probes do not outweigh the rest of the run). Parts:
 
 The claim is supported when both parts are (rules.combine). S(ε = 1e-12) is reported beside them, not judged: it is
 ≈ 1 whenever ms ≫ 1e-12, by construction.
+
+**Where part (a) can show** (:func:`can_show_saturation`): under γ = 1 the hidden state starts with mean square
+≈ d^(−2γ) = 1/d² (the embedding's std is d^(−γ)), so ε = 1e-5 can dominate a norm only where 1/d² ≲ ε, i.e.
+d ≳ ε^(−1/2) ≈ 316. At a narrower width part (a) reads "inconclusive — not reached" with that reason (the `cpu`
+preset's d 256 read *not supported* there: a width that cannot show the claim decided it).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 from smallinit.experiments.claims.context import ClaimContext, fmt
 from smallinit.experiments.claims.plots import plot_probe_series
 from smallinit.experiments.claims.rules import (
+    NOT_REACHED,
     Effect,
     Verdict,
     at_budget,
@@ -50,6 +56,34 @@ THRESHOLD = 0.5
 
 Series = tuple[Sequence[float], Sequence[float]]
 """(probed steps, the lowest saturation over all norms at each)."""
+
+
+EPS_LARGE = 1e-5
+
+
+def can_show_saturation(width: int | None, eps: float = EPS_LARGE, gamma: float = 1.0) -> tuple[bool, str]:
+    """Whether a model of width d can show part (a): its init mean square d^(−2γ) is at most ε (True with no
+    width given), and the words why not."""
+    if not width:
+        return True, ""
+    ms = float(width) ** (-2 * gamma)
+    if ms <= eps:
+        return True, ""
+    return False, (
+        f"at d = {width} the γ = {gamma:g} hidden mean square at init (≈ d^(−2γ) = {ms:.3g}) is above ε = {eps:g}, "
+        f"so ε cannot dominate the norm: part (a) shows only at d ≳ {eps ** (-0.5 / gamma):.0f}"
+    )
+
+
+def preset_width(size: Mapping[str, Any]) -> int | None:
+    """d_model of a preset's size entry: its ``model.d_model``, else that of the size its ``model.preset`` names."""
+    if "model.d_model" in size:
+        return int(size["model.d_model"])
+    if "model.preset" in size:
+        from smallinit.model.config import SIZES
+
+        return int(SIZES[size["model.preset"]]["d_model"]) if size["model.preset"] in SIZES else None
+    return None
 
 
 def arms(p: Preset) -> dict[str, Arm]:
@@ -107,6 +141,7 @@ def judge(
     tokens_per_param: float | None = None,
     enough: float | None = None,
     threshold: float = THRESHOLD,
+    width: int | None = None,
 ) -> Verdict:
     """Claim 3. ``sat_*`` = {seed: (steps, lowest saturation over the norms at each probed step)} (or one such pair)
     under γ = 1 with ε = 1e-5 (large) and ε = 1e-12 (small); ``loss_effect`` = loss(ε=1e-5) − loss(ε=1e-12) with its
@@ -138,6 +173,11 @@ def judge(
         notes.append(
             "one seed of the ε = 1e-5 arm: part (a)'s interval holds the variation over training only, not over seeds"
         )
+    shows, why = can_show_saturation(width)
+    verdict_a = a.verdict
+    if not shows:
+        verdict_a = NOT_REACHED
+        notes.append(f"part (a) not reached: {why} (it would read '{a.verdict}')")
     b = Effect("(b) " + loss_effect.label, loss_effect.value, loss_effect.lo, loss_effect.hi, loss_effect.noise)
     vb = at_budget(Verdict(b.verdict, [b]), tokens_per_param, enough, "the runs")
     notes += vb.notes
@@ -148,7 +188,8 @@ def judge(
         "loss_part": vb.verdict,
         **{k: vb.numbers[k] for k in ("budget_tokens_per_param", "declared_tokens_per_param") if k in vb.numbers},
     }
-    return Verdict(combine([a.verdict, vb.verdict]), [a, b], nums, notes)
+    nums["part_a"] = verdict_a
+    return Verdict(combine([verdict_a, vb.verdict]), [a, b], nums, notes)
 
 
 def norm_saturations(records: list[dict[str, Any]]) -> dict[str, float]:
@@ -176,7 +217,8 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     sat_small = {s: min_saturation_series(r) for s, r in ctx.probes_by_seed(small).items()}
     _, l_small, l_big = seed_pairs(ctx.losses_by_seed(small), ctx.losses_by_seed(big))
     loss = lower_is_better_effect("val loss: ε=1e-5 − ε=1e-12 (γ=1)", l_small, l_big, ctx.loss_hw(small, big))
-    v = judge(sat_big, sat_small, loss, ctx.budget(big, small), ctx.p.enough)
+    width = preset_width(ctx.p.sizes.get(big.size, {}))
+    v = judge(sat_big, sat_small, loss, ctx.budget(big, small), ctx.p.enough, width=width)
     pb, ps = ctx.probes(big), ctx.probes(small)
     sb, ss = norm_saturations(pb), norm_saturations(ps)
     names = [n for n in sb if n in ss]
