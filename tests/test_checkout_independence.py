@@ -27,6 +27,8 @@ def test_a_default_data_path_finds_nothing_even_when_the_checkout_has_data(tmp_p
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
     rc = cli(["crossover", "a:model.gamma=1", "b:model.gamma=0.5", "--tokens", "1M", "--out", str(busy)])
-    assert rc == 2 and (busy / "notes.txt").read_text() == "mine" and sorted(p.name for p in busy.iterdir()) == [
-        "notes.txt"
-    ]
+    assert (
+        rc == 2
+        and (busy / "notes.txt").read_text() == "mine"
+        and sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
+    )
