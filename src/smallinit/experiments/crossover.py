@@ -151,6 +151,17 @@ CROSSOVER_SETS = {
 """Keys a crossover sets for every run: an arm that sets one is refused (it would be silently replaced)."""
 
 
+def seed_major(trunks: list[CrossoverJob], branches: list[CrossoverJob]) -> list[CrossoverJob]:
+    """The runs in the order they are taken: seed by seed, every arm's trunk then their branches (a branch waits for its
+    own trunk only). Complete seed pairs so accumulate from the start: a crossover stopped after k seeds can be
+    analysed over k pairs (``--seeds k``), where trunks-first would have left no pair complete until the end."""
+    order: list[CrossoverJob] = []
+    for seed in dict.fromkeys(t.seed for t in trunks):
+        order += [t for t in trunks if t.seed == seed]
+        order += [b for b in branches if b.seed == seed]
+    return order
+
+
 def preflight(spec: CrossoverSpec, out: Path) -> tuple[list[CrossoverJob], list[CrossoverJob], list[Budget], dict]:
     """Everything a crossover refuses before any work, for the run and its dry run alike: the spec, the plan (config
     errors), arms on different data, an output folder holding something else or other declarations, data that is
@@ -196,7 +207,7 @@ def run_crossover(
             log("[crossover] learning rates: " + ", ".join(f"{a} {lr:.3g}" for a, lr in chosen.items()))
             trunks, branches, budgets = plan_jobs(spec, out, lrs=chosen)
             check_reuse(trunks, branches)
-        done = execute(trunks + branches, workers, log, threads, launcher, **run)  # a branch follows its own trunk
+        done = execute(seed_major(trunks, branches), workers, log, threads, launcher, **run)
         result = analyse(spec, out, budgets, n_boot=n_boot)
         write_report(result, out)
     failed = [f"{p.relative_to(out)}: {r[1]}" for p, r in done.items() if r[0] == "failed"]
