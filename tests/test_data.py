@@ -546,9 +546,11 @@ def test_out_dir_policy(tmp_path):
         _prep([f], tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
     _prep([f], tmp_path / "out")
+    (tmp_path / "other").mkdir()
+    g = _write(tmp_path / "other" / "a.txt", EN * 2)  # another file of the same name (one file twice is refused)
     with pytest.raises(DataError, match="already holds a prepared data directory"):
-        _prep([f, f], tmp_path / "out")  # runs may use it: replaced only with force
-    _prep([f, f], tmp_path / "out", force=True)  # a previous prepare is replaced
+        _prep([f, g], tmp_path / "out")  # runs may use it: replaced only with force
+    _prep([f, g], tmp_path / "out", force=True)  # a previous prepare is replaced
     with pytest.raises(DataError, match="input"):
         _prep([tmp_path / "mine"], tmp_path / "mine", force=True)  # never the input
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"

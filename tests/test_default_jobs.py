@@ -33,7 +33,7 @@ def test_cpu_presets_take_the_default_and_the_gpu_preset_runs_one_at_a_time():
     assert PRESETS["gpu"].jobs == 1
 
 
-def test_sweep_and_crossover_dry_runs_use_one_job_per_core(four_cores, tmp_path, capsys):
+def test_sweep_and_crossover_dry_runs_use_one_job_per_core(token_dir, four_cores, tmp_path, capsys):
     sweep = tmp_path / "s.yaml"
     sweep.write_text("base: tiny\ngrid:\n  model.gamma: [0.5, 1.0, 1.5, 2.0, 2.5]\n")
     assert cli(["sweep", str(sweep), "--out", str(tmp_path / "sw"), "--dry-run", "--gflops", "1"]) == 0
@@ -49,6 +49,8 @@ def test_sweep_and_crossover_dry_runs_use_one_job_per_core(four_cores, tmp_path,
                 "b:model.gamma=1.0",
                 "--config",
                 "tiny",
+                "--set",
+                f"data.path={token_dir}",
                 "--tokens",
                 "4M",
                 "--seeds",
@@ -69,6 +71,8 @@ def test_sweep_and_crossover_dry_runs_use_one_job_per_core(four_cores, tmp_path,
                 "b:model.gamma=1.0",
                 "--config",
                 "tiny",
+                "--set",
+                f"data.path={token_dir}",
                 "--tokens",
                 "4M",
                 "--out",

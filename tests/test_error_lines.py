@@ -285,7 +285,7 @@ def test_each_kind_of_name_says_which_it_is(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_more_jobs_than_cores_and_impossible_audit_sizes(tmp_path, capsys, monkeypatch):
+def test_more_jobs_than_cores_and_impossible_audit_sizes(token_dir, tmp_path, capsys, monkeypatch):
     """Issue 32 (G): `crossover … --jobs 4 --dry-run` (3 arms) and `reproduce --dry-run --jobs 16` on 2 cores gave a
     ZeroDivisionError traceback (2 // 3 = 0 threads); `audit` of an HF config with hidden_size: -64 or
     intermediate_size: 0 gave tracebacks, and `audit --widths 64,65536` started allocating 64 GiB with no estimate."""
@@ -305,6 +305,8 @@ def test_more_jobs_than_cores_and_impossible_audit_sizes(tmp_path, capsys, monke
                 "c:model.gamma=1.5",
                 "--config",
                 "tiny",
+                "--set",
+                f"data.path={token_dir}",
                 "--tokens",
                 "4M",
                 "--jobs",

@@ -156,7 +156,7 @@ TOKENS = 4 * 32 * 400  # trunks of 320 steps: still training when the signal com
 
 def _command(token_dir: Path, out: Path) -> list[str]:
     big = {"train.eval_every": 10_000, "train.ckpt_every": 10_000, "train.log_every": 10, "train.compile": "false"}
-    over = tiny_overrides(token_dir, **big)
+    over = [o for o in tiny_overrides(token_dir, **big) if not o.startswith("train.max_steps=")]  # the crossover's
     sets = [x for o in over for x in ("--set", o)]
     return [sys.executable, "-m", "smallinit", "crossover", *ARMS, "--config", "tiny", *sets, "--tokens", str(TOKENS),
             "--budgets", "1/2,1", "--jobs", "2", "--out", str(out)]  # fmt: skip

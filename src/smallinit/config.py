@@ -149,7 +149,16 @@ class RunConfig:
         return _to_plain(dataclasses.asdict(self))
 
     def validate(self) -> None:
+        """ConfigError naming the first impossible value: every number finite (NaN or inf would silently switch a
+        safeguard off: clipping, the divergence watch, weight decay), counts and rates in range, names known."""
         t, o, d = self.train, self.optim, self.data
+        for sec in ("data", "optim", "train", "probe"):
+            for f in dataclasses.fields(getattr(self, sec)):
+                v = getattr(getattr(self, sec), f.name)
+                if any(
+                    isinstance(x, float) and not math.isfinite(x) for x in (v if isinstance(v, (list, tuple)) else [v])
+                ):
+                    raise ConfigError(f"{sec}.{f.name} must be a finite number, got {v!r}")
         positive = {
             "train.max_steps": t.max_steps,
             "train.batch_size": t.batch_size,
@@ -171,6 +180,7 @@ class RunConfig:
             "probe.every": self.probe.every,
             "train.threads": t.threads,
             "optim.weight_decay": o.weight_decay,
+            "optim.eps": o.eps,
             "optim.grad_clip": o.grad_clip,
             "train.diverge_steps": t.diverge_steps,
             "train.diverge_margin": t.diverge_margin,

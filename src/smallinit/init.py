@@ -104,13 +104,16 @@ def check_gamma(gamma: float, what: str = "gamma") -> float:
     return g
 
 
-def _parse_override(pattern: str, value: OverrideValue) -> tuple[str, float]:
-    """An override value → ("gamma", g) or ("std", s)."""
+def parse_override(pattern: str, value: OverrideValue) -> tuple[str, float]:
+    """An override value → ("gamma", g) or ("std", s); ValueError naming the pattern for any other value."""
     if isinstance(value, Mapping):
         if set(value) == {"gamma"}:
             return "gamma", check_gamma(value["gamma"], f"override {pattern!r} gamma")
         if set(value) == {"std"}:
-            s = float(value["std"])
+            try:
+                s = float(value["std"])
+            except (TypeError, ValueError):
+                s = math.nan
             if not math.isfinite(s) or s < 0:
                 raise ValueError(f"override {pattern!r}: std must be a finite number >= 0, got {value['std']!r}")
             return "std", s
@@ -165,7 +168,7 @@ def gamma_init(
         ValueError: γ (or an override's γ) is not a finite number > 0.
     """
     gamma = check_gamma(gamma)
-    rules = [(p, *_parse_override(p, v)) for p, v in (overrides or {}).items()]
+    rules = [(p, *parse_override(p, v)) for p, v in (overrides or {}).items()]
     report = InitReport(gamma=gamma)
     seen: set[int] = set()
     used_patterns: set[str] = set()

@@ -19,6 +19,7 @@ the audited copy and the same (capped) vocabulary; the configs are scaled by :mo
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,20 @@ class AuditTarget:
         if self._builder is None:
             raise ConfigError(f"{self.label}: no model family to rebuild at other widths")
         return self._builder(int(width))
+
+
+def _check_fits(n_params: int, what: str) -> None:
+    """ConfigError, before the model is built, when its float32 weights and gradients (8 bytes a parameter) exceed
+    this machine's physical memory (an impossible size such as hidden_size 10^12 used to fail allocating)."""
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if n_params * 8 > have:
+        raise ConfigError(
+            f"{what} has {n_params:,} parameters: {n_params * 8 / 2**30:,.1f} GiB of float32 weights and gradients, "
+            f"more than this machine's {have / 2**30:.1f} GiB of memory; check its sizes (or audit fewer --blocks)"
+        )
 
 
 def _n_params(module: nn.Module) -> int:
@@ -110,6 +125,7 @@ def _smallinit_target(
         _check_smallinit_widths(mcfg, widths, module is not None, max_params, blocks, vocab_cap)
     if module is None:
         build_cfg = scale_model_config(mcfg, mcfg.d_model, use_layers, use_vocab)
+        _check_fits(build_cfg.num_params(), f"{label}: the audited model ({use_layers} blocks, vocabulary {use_vocab})")
         torch.manual_seed(seed)
         module = Transformer(build_cfg)
     n = _n_params(module)
@@ -183,6 +199,10 @@ def read_hf_config(path: str | os.PathLike):
         v = getattr(cfg, k, None)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ConfigError(f"{f}: {k} must be a positive integer, got {v!r}")
+    for k in HF_FINITE:  # rms_norm_eps: NaN printed NaN statistics and "100% saturated" (import-hf refuses it)
+        v = getattr(cfg, k, None)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == math.inf):
+            raise ConfigError(f"{f}: {k} must be a finite number >= 0, got {v!r}")
     return cfg
 
 
@@ -202,6 +222,8 @@ HF_SIZES = (
     "num_experts_per_tok",
 )
 """Sizes of a Hugging Face config that must be positive integers when present (not None)."""
+HF_FINITE = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", "initializer_range")
+"""Values of a Hugging Face config that must be finite numbers >= 0 when present (NaN would audit as NaN)."""
 
 
 def _hf_build(cfg, seed: int) -> nn.Module:
@@ -223,7 +245,7 @@ def _hf_target(path: Path, *, max_params, blocks, vocab_cap, seed, widths: Seque
     with torch.device("meta"):
         try:
             meta = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-        except (ValueError, KeyError) as e:
+        except (ValueError, KeyError, RuntimeError) as e:  # RuntimeError: sizes whose product overflows
             raise ConfigError(
                 f"{path}: transformers cannot build a causal LM from this config ({str(e).splitlines()[0][:160]})"
             ) from None
@@ -266,6 +288,9 @@ def _hf_target(path: Path, *, max_params, blocks, vocab_cap, seed, widths: Seque
         check_width_family(
             widths, cfg.hidden_size, count_at, max_params, f"{use_layers} blocks, vocabulary {use_vocab}"
         )
+    with torch.device("meta"):  # counted with no weights before the copy is built
+        n_copy = _n_params(AutoModelForCausalLM.from_config(scale_hf_config(cfg, None, use_layers, use_vocab)))
+    _check_fits(n_copy, f"{path}: the audited model ({use_layers} blocks, vocabulary {use_vocab})")
     module = _hf_build(scale_hf_config(cfg, None, use_layers, use_vocab), seed)
 
     def builder(w: int) -> nn.Module:

@@ -195,6 +195,18 @@ def _rates(text: str) -> list[float]:
         raise ConfigError(f"--lrs: not a list of numbers: {text!r}") from None
 
 
+def _check_set(overrides: list[str]) -> None:
+    """``--set`` of a key the crossover sets for every run (train.seed, train.max_steps, optim.schedule) is refused,
+    as it is on an arm: it would be silently replaced."""
+    from smallinit.core.errors import ConfigError
+    from smallinit.experiments.crossover import CROSSOVER_SETS
+
+    for o in overrides:
+        key = o.split("=", 1)[0].strip()
+        if key in CROSSOVER_SETS:
+            raise ConfigError(f"--set {o}: {key} is set by the crossover itself ({CROSSOVER_SETS[key]}); remove it")
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -210,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("two arms share a name")
     if args.tokens is None and args.enough is None:
         raise ConfigError("give --tokens D, --enough K (tokens per non-embedding parameter), or both")
+    _check_set(args.set)
     spec = CrossoverSpec(
         arms=arms,
         baseline=args.baseline or next(iter(arms)),

@@ -12,6 +12,9 @@ INPUT forms: a text file; a directory (all .txt/.md files, recursively); FILE.js
 FILE.parquet (column --text-field); builtin:stdlib (this Python's standard library sources, ~30 MB);
 hf:NAME[:CONFIG][:SPLIT] (Hugging Face hub, online); hf:/path/to/dir[:SPLIT] (a save_to_disk dataset).
 A text file is one document; a jsonl line, parquet row or dataset row is one document.
+Text and jsonl files may be gzip, bzip2, xz or zstd compressed (detected by their first bytes; zstd needs
+`pip install zstandard`). A file that is not text, or one read twice (given twice, or inside a given
+directory too), is refused before any work: its validation text would also be trained on.
 
 --weights: the total stays the corpus's natural token count N; source i gets N * w_i / sum(w) tokens,
 by repeating its text (whole passes, then a random part) or subsampling it. Val takes about

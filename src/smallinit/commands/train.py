@@ -20,6 +20,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "than its train.max_steps; a complete run is left as it is)",
     )
     p.add_argument(
+        "--allow-change",
+        action="append",
+        default=[],
+        metavar="KEY,...",
+        help="with --resume: config keys (e.g. optim.lr,train.dtype) that may differ from the checkpoint's copy "
+        "of the config; any other difference in config.yaml is refused. The change is recorded in "
+        "RUN_DIR/config_changes.jsonl, shown by doctor and summary.json",
+    )
+    p.add_argument(
         "overrides",
         nargs="*",
         metavar="section.key=value",
@@ -56,11 +65,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-steps must be >= 1, got {args.max_steps}")
     if args.resume:
         if args.config or args.out or args.overrides:
-            raise ConfigError("--resume takes only the run directory (and --max-steps); its config.yaml is reused")
-        trainer = Trainer(None, args.resume, resume=True, max_steps=args.max_steps)
+            raise ConfigError(
+                "--resume takes only the run directory (and --max-steps, --allow-change); its config.yaml is reused"
+            )
+        trainer = Trainer(None, args.resume, resume=True, max_steps=args.max_steps, allow_change=args.allow_change)
     else:
         if args.max_steps is not None:
             raise ConfigError("--max-steps goes with --resume; for a new run write train.max_steps=N")
+        if args.allow_change:
+            raise ConfigError("--allow-change goes with --resume (a new run has no checkpoint to differ from)")
         if not args.config or not args.out:
             raise ConfigError("give --config CONFIG_OR_YAML and --out RUN_DIR (or --resume RUN_DIR)")
         cfg = load_config(args.config, args.overrides)

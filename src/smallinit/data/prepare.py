@@ -33,7 +33,7 @@ import numpy as np
 from smallinit.core.errors import ConfigError, DataError
 from smallinit.core.outputs import install_dir, tmp_dir_for
 from smallinit.data.mixing import plan_mix
-from smallinit.data.sources import DataWarning, Source, SourceStats, iter_pieces, parse_source, piece_chars_for
+from smallinit.data.sources import DataWarning, Source, SourceStats, iter_pieces, parse_sources, piece_chars_for
 from smallinit.data.tokenizer import (
     EOT_TOKEN,
     byte_tokenizer,
@@ -86,10 +86,9 @@ def prepare_corpus(
     tok_kind, tok_path = resolve_tokenizer_spec(tokenizer)
     if tok_kind == "bpe":
         check_vocab_size(vocab_size)
-    sources = [parse_source(spec) for spec in inputs]
-    names = _unique_names([s.name for s in sources])
-    for s, name in zip(sources, names):
-        s.name = name
+    sources = parse_sources(inputs)  # each input readable, no file read twice (its val would be trained on)
+    names = [s.name for s in sources]
+    for s in sources:
         s.open(text_field)  # hf: fail now when offline or malformed, before any work
     out = Path(out_dir)
     plan = _check_out_dir(out, inputs, tok_path, force)
@@ -198,14 +197,6 @@ def _check_args(inputs, vocab_size, val_fraction, weights, num_workers, max_byte
         raise ConfigError(f"max bytes must be >= 1, got {max_bytes}")
     if bpe_sample_bytes < 1:
         raise ConfigError(f"BPE sample bytes must be >= 1, got {bpe_sample_bytes}")
-
-
-def _unique_names(names: list[str]) -> list[str]:
-    out, seen = [], {}
-    for n in names:
-        seen[n] = seen.get(n, 0) + 1
-        out.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
-    return out
 
 
 def _is_prepared(d: Path) -> bool:

@@ -3,7 +3,8 @@
 INPUT forms (a document ends with ``<|endoftext|>`` in the token files):
 
 - ``FILE`` (any suffix but the two below): UTF-8 text; the whole file is one document.
-- ``DIR``: every ``.txt`` / ``.md`` file below DIR (recursive, sorted by path); one document per file.
+- ``DIR``: every ``.txt`` / ``.md`` file below DIR (recursive, sorted by path; compressed ones too, e.g.
+  ``a.txt.gz``); one document per file.
 - ``FILE.jsonl``: one JSON object per line, string field ``text_field``; one document per line.
 - ``FILE.parquet``: string column ``text_field``; one document per row.
 - ``builtin:stdlib``: the running Python's standard-library ``*.py`` files, site-/dist-packages
@@ -17,6 +18,14 @@ Documents are streamed as pieces of at most ``piece_chars`` characters (4096; le
 256 KB, see :func:`piece_chars_for`), cut after a newline where one falls in the last 3/4 of the
 window, else after a space, else anywhere. Concatenating a document's pieces gives the document back
 exactly; pieces are the unit of val selection and of mixing (sub)sampling.
+
+Text and JSON Lines files may be gzip, bzip2, xz or zstd compressed (``FILE.jsonl.gz``): the compression is
+detected by the first bytes and read transparently (:mod:`smallinit.core.containers`); what a file holds is named by
+its suffix without the compression's (``a.jsonl.gz`` is JSON Lines). Sizes, characters and chars/token count the
+decompressed text; a file's hash is that of its bytes on disk. :func:`parse_source` refuses, before any work, a
+file that is neither text nor a compressed file holding text (a zip or tar archive, binary data, text that is
+mostly not UTF-8), and :func:`check_no_overlap` refuses a file read twice (given twice, or given and inside a
+folder also given, links resolved): its validation pieces would be trained on.
 
 Invalid UTF-8 (or, for stdlib files, bytes invalid in the declared encoding) is replaced by U+FFFD with
 a :class:`DataWarning` naming the file and the byte count.
@@ -35,6 +44,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from smallinit.core.containers import (
+    SUFFIXES,
+    check_text_input,
+    compression_of,
+    content_size,
+    inner_stem,
+    inner_suffix,
+    open_input,
+)
 from smallinit.core.errors import DataError
 from smallinit.data.hf_sources import (  # noqa: F401 (re-exported: the hf: inputs live in hf_sources)
     HF_DEFAULT_ENDPOINT,
@@ -109,10 +127,23 @@ class Source:
 
     @cached_property
     def total_bytes(self) -> int | None:
-        """Size on disk of the files read (for the progress bar); None when unknown."""
-        if self.kind in ("text", "dir", "jsonl", "stdlib"):
+        """Bytes of text the files hold (for the progress bar and the BPE sample's order); None when unknown
+        (hf inputs, parquet, compressed files: their size would need a full pass)."""
+        if self.kind in ("text", "dir", "jsonl", "stdlib") and not any(compression_of(f) for f in self.files):
             return sum(f.stat().st_size for f in self.files)
         return None
+
+    def content_bytes(self, upto: int) -> int | None:
+        """``min(bytes of text the files hold, upto)``, compressed files decompressed as far as needed; None for
+        inputs read through other libraries (hf, parquet)."""
+        if self.kind not in ("text", "dir", "jsonl", "stdlib"):
+            return None
+        n = 0
+        for f in self.files:
+            if n >= upto:
+                break
+            n += content_size(f, upto - n)
+        return min(n, upto)
 
 
 @dataclass
@@ -143,7 +174,7 @@ class SourceStats:
 def piece_chars_for(src: Source) -> int:
     """Piece size for ``src``: PIECE_CHARS, smaller for small files so that a source has >= ~64 pieces
     (never under MIN_PIECE_CHARS); finer pieces let small corpora still get a val split and exact shares."""
-    size = src.total_bytes
+    size = src.content_bytes(PIECE_CHARS * 64)  # a compressed file counts what it holds, as its plain copy would
     if size is None:
         return PIECE_CHARS
     return int(min(PIECE_CHARS, max(MIN_PIECE_CHARS, size // 64)))
@@ -172,13 +203,61 @@ def parse_source(spec: str) -> Source:
     if not p.exists():
         raise DataError(f"{spec}: no such file or directory")
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.suffix.lower() in TEXT_SUFFIXES and f.is_file())
+        files = sorted(f for f in p.rglob("*") if inner_suffix(f) in TEXT_SUFFIXES and f.is_file())
         if not files:
             raise DataError(f"{spec}: directory has no .txt or .md files")
+        inner: dict[Path, Path] = {}
+        for f in files:  # a.txt beside a.txt.gz: most likely the same text twice (its val would be trained on)
+            key = f.with_suffix("") if f.suffix.lower() in SUFFIXES else f
+            if key in inner:
+                raise DataError(f"{spec}: holds both {inner[key].name} and {f.name} (the same text twice?); keep one")
+            inner[key] = f
+            check_text_input(f)
         return Source(spec, "dir", p.resolve().name or "dir", path=p, files=files)
-    suffix = p.suffix.lower()
+    if not p.is_file():  # a pipe (<(zcat a.gz)) cannot be read twice: its start is examined first
+        raise DataError(f"{spec}: not a regular file or directory (give a compressed file itself: it is read as such)")
+    suffix = inner_suffix(p)
     kind = {".jsonl": "jsonl", ".parquet": "parquet"}.get(suffix, "text")
-    return Source(spec, kind, p.stem or p.name, path=p, files=[p])
+    if kind == "parquet":
+        if p.suffix.lower() in SUFFIXES or compression_of(p):
+            raise DataError(f"{spec}: a compressed parquet file; decompress it first (parquet compresses inside)")
+    else:
+        check_text_input(p, "JSON Lines" if kind == "jsonl" else "text")
+    return Source(spec, kind, inner_stem(p), path=p, files=[p])
+
+
+def parse_sources(specs: list[str]) -> list[Source]:
+    """Parse every INPUT (:func:`parse_source`), refuse a file read twice (:func:`check_no_overlap`) and give the
+    sources unique names (a second ``a`` becomes ``a#2``)."""
+    sources = [parse_source(spec) for spec in specs]
+    check_no_overlap(sources)
+    seen: dict[str, int] = {}
+    for s in sources:
+        seen[s.name] = seen.get(s.name, 0) + 1
+        s.name = s.name if seen[s.name] == 1 else f"{s.name}#{seen[s.name]}"
+    return sources
+
+
+def check_no_overlap(sources: list[Source]) -> None:
+    """Refuse a file read twice: given twice, given and inside a folder also given, or reached twice through links
+    (symbolic or hard: files are compared by device and inode). Its pieces would be chosen for validation in one
+    copy and trained on in the other."""
+    seen: dict[tuple[int, int], tuple[Path, Source]] = {}
+    for src in sources:
+        for f in src.files if src.kind in ("text", "dir", "jsonl", "parquet", "stdlib") else []:
+            st = f.stat()
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
+                first, other = seen[key]
+                raise DataError(
+                    f"{f.resolve()} would be read twice ({_as_part(first, other)} and {_as_part(f, src)}): its "
+                    "validation pieces would also be trained on; give each file once"
+                )
+            seen[key] = (f, src)
+
+
+def _as_part(f: Path, src: Source) -> str:
+    return f"as {f} in folder {src.spec}" if src.kind in ("dir", "stdlib") else f"given as {src.spec}"
 
 
 def _parse_hf(spec: str) -> Source:
@@ -229,14 +308,14 @@ def python_source_encoding(path: Path) -> str:
 
 
 def _file_pieces(path: Path, hasher, n: int, encoding: str = "utf-8") -> Iterator[str]:
-    """Stream one text file as pieces, decoding incrementally; bytes are fed to ``hasher``."""
+    """Stream one text file (decompressed when compressed) as pieces, decoding incrementally; the file's bytes as
+    on disk are fed to ``hasher``."""
     dec = codecs.getincrementaldecoder(encoding)(errors=_ERRORS)
     buf = ""
-    with open(path, "rb") as f:
+    with open_input(path, hasher) as f:
         while True:
             block = f.read(READ_BYTES)
             final = not block
-            hasher.update(block)
             buf += dec.decode(block, final=final)
             pos = 0
             while len(buf) - pos > n or (final and pos < len(buf)):
@@ -282,9 +361,8 @@ class _Reader:
         f_path = self.src.files[0]
         h = hashlib.sha256()
         _bad_bytes = 0
-        with open(f_path, "rb") as f:
+        with open_input(f_path, h) as f:
             for lineno, raw in enumerate(f, 1):
-                h.update(raw)
                 if not raw.strip():
                     continue
                 line = raw.decode("utf-8", _ERRORS)

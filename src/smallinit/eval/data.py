@@ -1,5 +1,8 @@
 """Reading benchmark files: JSON Lines and CSV, with errors that name the file, line and expected format.
 
+Files may be gzip, bzip2, xz or zstd compressed (``test.jsonl.gz``): detected by their first bytes and read
+transparently (:mod:`smallinit.core.containers`); the format is named by the suffix without the compression's.
+
 Every loader in ``smallinit.eval`` goes through these helpers so that a user with a wrong or
 missing file gets one ``DataError`` line such as ``/data/gsm8k/test.jsonl:17: malformed JSON (Expecting ','
 delimiter); expected JSON Lines with fields question, answer``.
@@ -8,11 +11,13 @@ delimiter); expected JSON Lines with fields question, answer``.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from smallinit.core.containers import inner_suffix, open_input
 from smallinit.core.errors import DataError
 
 
@@ -51,7 +56,7 @@ def read_jsonl(path: Path, fmt: str, limit: int | None = None) -> list[Row]:
     only the first ``limit`` when given."""
     path = require_file(path, fmt)
     rows: list[Row] = []
-    with open(path, encoding="utf-8") as f:
+    with open_input(path) as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if limit is not None and len(rows) >= limit:
                 break
@@ -74,7 +79,7 @@ def read_csv(path: Path, fmt: str, required: tuple[str, ...] = (), limit: int | 
     numbers count the header as line 1."""
     path = require_file(path, fmt)
     rows: list[Row] = []
-    with open(path, encoding="utf-8", newline="") as f:
+    with open_input(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
         missing = [c for c in required if c not in header]
@@ -95,15 +100,17 @@ def read_csv(path: Path, fmt: str, required: tuple[str, ...] = (), limit: int | 
 
 
 def read_records(path: Path, fmt: str) -> list[Row]:
-    """JSON Lines (``.jsonl``), a JSON list (``.json``) or CSV (``.csv``), chosen by the file extension."""
+    """JSON Lines (``.jsonl``), a JSON list (``.json``) or CSV (``.csv``), chosen by the file extension (a
+    compression suffix skipped: ``.csv.gz`` is CSV)."""
     path = Path(path)
-    suffix = path.suffix.lower()
+    suffix = inner_suffix(path)
     if suffix == ".csv":
         return read_csv(path, fmt)
     if suffix == ".json":
         require_file(path, fmt)
         try:
-            obj = json.loads(path.read_text(encoding="utf-8"))
+            with open_input(path) as raw:
+                obj = json.loads(raw.read().decode("utf-8"))
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{e.lineno}: malformed JSON ({e.msg}); expected {fmt}") from None
         if not isinstance(obj, list) or not all(isinstance(o, dict) for o in obj) or not obj:

@@ -28,11 +28,31 @@ STATES = ("pending", "running", "done", "failed")
 
 def read_jobs(out: str | os.PathLike) -> list[dict[str, Any]]:
     """Every submission recorded in ``OUT/cluster/jobs.json``, oldest first ([] when there is none): its ``key`` (the
-    run folder relative to OUT, or "analysis"), ``run``, ``what``, ``job_id``, ``executor``, ``dependency``."""
-    try:
-        return list(json.loads((Path(out) / CLUSTER_DIR / "jobs.json").read_text())["jobs"])
-    except (OSError, ValueError, KeyError, TypeError):
+    run folder relative to OUT, or "analysis"), ``run``, ``what``, ``job_id``, ``executor``, ``dependency``.
+    RunDirError naming the file when it exists but is not such a record (not UTF-8 JSON, ``"jobs"`` not a list, an
+    entry without its ``key`` or ``job_id``): status would misreport it and a new submission would overwrite it."""
+    path = Path(out) / CLUSTER_DIR / "jobs.json"
+    if not path.is_file():
         return []
+    try:
+        d = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RunDirError(f"{path}: not UTF-8 text (damaged?); the record of the cluster jobs cannot be read") from None
+    except ValueError as e:
+        raise RunDirError(f"{path}: not valid JSON ({e}); the record of the cluster jobs cannot be read") from None
+    except OSError as e:
+        raise RunDirError(f"{path}: unreadable ({e.strerror or e})") from None
+    jobs = d.get("jobs") if isinstance(d, dict) else None
+    if not isinstance(jobs, list):
+        raise RunDirError(
+            f'{path}: "jobs" must be a list of submissions, got {type(jobs).__name__} (edited or damaged?)'
+        )
+    for i, r in enumerate(jobs, 1):
+        if not isinstance(r, dict) or not isinstance(r.get("key"), str) or r.get("job_id") in (None, ""):
+            raise RunDirError(
+                f"{path}: submission {i} has no key or job_id (edited or damaged?); status cannot read it"
+            )
+    return jobs
 
 
 def latest_jobs(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -130,8 +150,10 @@ def _status(r: dict[str, Any], out: Path, live: str | None) -> JobStatus:
 
 def job_states(out: str | os.PathLike) -> tuple[list[JobStatus], str]:
     """(one :class:`JobStatus` per job of ``out``'s cluster run, in submission order; where the states come from).
-    RunDirError when ``out`` has no recorded cluster jobs."""
+    RunDirError when ``out`` is not a folder, has no recorded cluster jobs or an unreadable record of them."""
     out = Path(out)
+    if not out.is_dir():
+        raise RunDirError(f"{out}: no such folder" if not out.exists() else f"{out}: not a folder")
     latest = latest_jobs(read_jobs(out))
     if not latest:
         raise RunDirError(

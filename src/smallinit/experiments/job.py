@@ -66,11 +66,17 @@ def _resume_train(config, run_dir: Path) -> dict[str, Any]:
 def extend_or_resume(config, run_dir: Path) -> dict[str, Any]:
     """A crossover trunk: continue the partial run, or a finished one asked for more steps (a larger D) with its new
     length and kept steps (the crossover checked every other setting equal) — at the constant rate."""
-    from smallinit.config import save_config
+    from smallinit.config import read_config_file, save_config
+    from smallinit.runs.checkpoint import latest_good_checkpoint
+    from smallinit.runs.config_changes import pending, record_change
     from smallinit.runs.rundir import run_state
 
     if run_state(run_dir) == "done":
         save_config(config, run_dir / "config.yaml")
+        ckpt = latest_good_checkpoint(run_dir)  # the change is the plan's: recorded, so that the resume accepts it
+        changes = pending(run_dir, ckpt, read_config_file(ckpt / "config.yaml"), config.to_dict()) if ckpt else {}
+        if changes:
+            record_change(run_dir, int(ckpt.name[5:]), changes, "crossover: trunk extended by its plan")
     return resume_with_probes(run_dir)
 
 
@@ -86,9 +92,11 @@ def _trunk_state(job: Job, state: str) -> str:
 def make_branch(trunk_dir: Path, start: int, config: Any, branch_dir: Path) -> None:
     """Lay out ``branch_dir`` as a resumable run at step ``start``: the branch config (a RunConfig or its plain
     data), the trunk's tokenizer, a copy of the trunk's checkpoint at ``start`` and its metrics up to ``start`` —
-    assembled beside and renamed into place (over an empty folder: what a retried failure leaves)."""
-    from smallinit.config import config_from_dict, save_config
+    assembled beside and renamed into place (over an empty folder: what a retried failure leaves). How the branch
+    config differs from the checkpoint's copy is recorded (``config_changes.jsonl``: the resume accepts it)."""
+    from smallinit.config import config_from_dict, read_config_file, save_config
     from smallinit.runs.checkpoint import CKPT_SUBDIR, ckpt_dir_name, verify_checkpoint
+    from smallinit.runs.config_changes import config_changes, record_change
 
     trunk_dir, branch_dir = Path(trunk_dir), Path(branch_dir)
     src = trunk_dir / CKPT_SUBDIR / ckpt_dir_name(start)
@@ -97,7 +105,11 @@ def make_branch(trunk_dir: Path, start: int, config: Any, branch_dir: Path) -> N
         shutil.rmtree(old, ignore_errors=True)
     tmp = branch_dir.parent / f".tmp-{branch_dir.name}-{os.getpid()}"
     tmp.mkdir(parents=True)
-    save_config(config_from_dict(config) if isinstance(config, dict) else config, tmp / "config.yaml")
+    config = config_from_dict(config) if isinstance(config, dict) else config
+    save_config(config, tmp / "config.yaml")
+    changes = config_changes(read_config_file(src / "config.yaml"), config.to_dict())
+    if changes:
+        record_change(tmp, start, changes, f"branch of {trunk_dir} at step {start}")
     if (trunk_dir / "tokenizer.json").is_file():
         shutil.copy2(trunk_dir / "tokenizer.json", tmp / "tokenizer.json")
     shutil.copytree(src, tmp / CKPT_SUBDIR / src.name)

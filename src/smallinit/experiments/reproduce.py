@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from smallinit.core.errors import ConfigError
+from smallinit.core.errors import ConfigError, SmallinitError
 from smallinit.core.io import atomic_write_json
 from smallinit.experiments.claims import registry
 from smallinit.experiments.claims.context import ClaimContext, anchor_name, make_result, run_name
@@ -481,9 +481,18 @@ def reproduce(
     check_out_dir(out, "reproduce", inputs=[corpus] if corpus else [], can_continue=True, verb="reproduce")
     if dry_run:
         return rep.run(dry_run)
+    existed = Path(out).exists()
+    empty = not existed or not any(Path(out).iterdir())
     Path(out).mkdir(parents=True, exist_ok=True)
     with RunLock(Path(out)):  # a second reproduce on the same folder is refused with the holder's pid
-        return rep.run(dry_run, launcher)
+        try:
+            return rep.run(dry_run, launcher)
+        except SmallinitError:  # refused before any run (the corpus, the plan): nothing is left behind
+            if empty and [f.name for f in Path(out).iterdir()] == [".lock"]:
+                (Path(out) / ".lock").unlink()
+                if not existed:
+                    Path(out).rmdir()
+            raise
 
 
 __all__ = ["Reproduction", "analyse", "claims_table_text", "regime_rows", "reproduce"]

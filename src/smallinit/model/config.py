@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from smallinit.init import check_gamma
+from smallinit.init import check_gamma, parse_override
 
 NORMS = ("rmsnorm", "layernorm")
 GATES = ("none", "headwise", "elementwise")
@@ -112,8 +112,8 @@ class ModelConfig:
             bad("n_kv_heads", f"{self.n_kv_heads} does not divide n_heads={self.n_heads}")
         if self.head_dim % 2:
             bad("n_heads", f"head_dim = d_model/n_heads = {self.head_dim} must be even for RoPE")
-        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
-            bad("rope_theta", f"must be > 0, got {self.rope_theta!r}")
+        if not (isinstance(self.rope_theta, (int, float)) and math.isfinite(self.rope_theta) and self.rope_theta > 0):
+            bad("rope_theta", f"must be a finite number > 0, got {self.rope_theta!r}")
         if self.norm not in NORMS:
             bad("norm", f"unknown norm {self.norm!r}; choose one of {', '.join(NORMS)}")
         if not isinstance(self.norm_eps, (int, float)) or not math.isfinite(self.norm_eps) or self.norm_eps < 0:
@@ -126,6 +126,13 @@ class ModelConfig:
             bad("gamma", str(e))
         if not isinstance(self.init_overrides, dict):
             bad("init_overrides", f"must be a mapping of glob -> gamma/std, got {self.init_overrides!r}")
+        for pattern, value in self.init_overrides.items():
+            if value is None:  # YAML read {"blocks.*":-5} without a space after the colon as one key
+                bad("init_overrides", f"pattern {pattern!r} has no value (write a space after the colon: {{a: 0.5}})")
+            try:
+                parse_override(str(pattern), value)
+            except ValueError as e:
+                bad("init_overrides", str(e))
         m = self.moe
         if m.n_experts < 0:
             bad("moe.n_experts", f"must be >= 0, got {m.n_experts}")

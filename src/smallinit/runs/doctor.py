@@ -6,7 +6,8 @@
 
 Checks, in order:
 
-- ``config.yaml`` loads and validates (every checkpoint holds a copy to restore it from);
+- ``config.yaml`` loads and validates (every checkpoint holds a copy to restore it from), and differs from the
+  newest checkpoint's copy only where a resume recorded the change (``config_changes.jsonl``, listed as notes);
 - ``.lock``: whether a process is training in the directory now (then files in flux are not problems);
 - ``checkpoints/``: every ``step_*`` directory has a manifest and every file matches its SHA-256 and size;
   ``state.json`` names the directory's step; partial writes (``.tmp-*``) and incomplete directories
@@ -153,9 +154,8 @@ def _check_config(rep: DoctorReport, rd: Path, good_ckpts: list[Path]):
         rep.add(PROBLEM, "config.yaml has no model/data sections (emptied or truncated?)", restore)
         return None
     if good_ckpts:  # the checkpoint's own copy says what model its weights are
-        saved = (
-            read_config_file(good_ckpts[-1] / "config.yaml") if (good_ckpts[-1] / "config.yaml").is_file() else {}
-        ).get("model") or {}
+        whole = read_config_file(good_ckpts[-1] / "config.yaml") if (good_ckpts[-1] / "config.yaml").is_file() else {}
+        saved = whole.get("model") or {}
         changed = sorted(k for k in saved if raw["model"].get(k, saved[k]) != saved[k])
         if changed:
             k, more = changed[0], f"; {len(changed) - 1} more" if len(changed) > 1 else ""
@@ -166,6 +166,7 @@ def _check_config(rep: DoctorReport, rd: Path, good_ckpts: list[Path]):
                 restore,
             )
             return None
+        _check_config_changes(rep, rd, good_ckpts[-1], whole, raw, restore)
     t = cfg.train
     rep.add(
         OK,
@@ -173,6 +174,28 @@ def _check_config(rep: DoctorReport, rd: Path, good_ckpts: list[Path]):
         f"gamma {cfg.model.gamma})",
     )
     return cfg
+
+
+def _check_config_changes(rep: DoctorReport, rd: Path, ckpt: Path, saved: dict, raw: dict, restore: str) -> None:
+    """Config changes recorded on resumes (notes), and a difference from the newest checkpoint's copy that no record
+    allows (a problem: ``train --resume`` refuses it; :mod:`smallinit.runs.config_changes`)."""
+    from smallinit.runs.config_changes import format_changes, pending, recorded, unnamed
+
+    for r in recorded(rd):
+        rep.add(NOTE, f"config changed from step {r.get('step')} on ({r.get('by')}): {format_changes(r['changes'])}")
+    try:
+        changes = pending(rd, ckpt, saved, raw)
+    except SmallinitError:
+        return  # a copy that does not load: the checkpoint check reports it
+    keys = unnamed(changes)
+    if keys:
+        listed = ", ".join(f"{k} ({changes[k][1]!r} here, {changes[k][0]!r} there)" for k in keys)
+        rep.add(
+            PROBLEM,
+            f"config.yaml differs from the newest checkpoint's copy in {listed}, and no resume recorded it: "
+            "`train --resume` refuses it",
+            f"{restore}; or resume with --allow-change {','.join(keys)} to train on with it (recorded)",
+        )
 
 
 def _check_data(rep: DoctorReport, rd: Path, cfg) -> None:

@@ -7,6 +7,7 @@ cut back to that step. The format is :mod:`smallinit.runs.checkpoint`."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -57,6 +58,7 @@ def restore(trainer) -> None:
             f"({first[:160]}); was config.yaml edited? Restore it (the checkpoint keeps its "
             "own copy) or start a new run"
         ) from None
+    _check_config(trainer, ckpt, data["config"])  # another config than the checkpoint's: named, or refused
     set_optimizer_state_dict(trainer.model, trainer.optimizer, data["optim"]["optimizer"], options=opts)
     torch.set_rng_state(data["optim"]["rng_cpu"])
     trainer.step = int(data["state"]["step"])
@@ -64,6 +66,21 @@ def restore(trainer) -> None:
     trainer._first_loss = data["state"].get("first_loss")  # the divergence line's start (None: older checkpoints)
     trainer._t_start = time.time()
     truncate_metrics(trainer, trainer.step)
+
+
+def _check_config(trainer, ckpt: Path, checkpoint_cfg: dict) -> None:
+    """Refuse a config that differs from the checkpoint's in keys the user did not name (``--allow-change``); record
+    the allowed changes in ``config_changes.jsonl`` and say so on stderr (:mod:`smallinit.runs.config_changes`)."""
+    from smallinit.runs.config_changes import CHANGES_FILE, check_resume, format_changes, record_change
+
+    changes = check_resume(trainer.run_dir, ckpt, checkpoint_cfg, trainer.cfg.to_dict(), trainer.allow_change)
+    if changes and trainer.dist.is_main:
+        record_change(trainer.run_dir, int(ckpt.name[5:]), changes, trainer.change_by)
+        print(
+            f"config changed from checkpoint {ckpt.name} on: {format_changes(changes)} (recorded in {CHANGES_FILE})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def truncate_metrics(trainer, step: int) -> None:

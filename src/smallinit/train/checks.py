@@ -55,20 +55,24 @@ def _fmt_bytes(n: float) -> str:
 
 
 def check_data(trainer) -> None:
-    """Everything about the data that would otherwise fail after training steps: a window of seq_len in
-    each split, enough validation windows for data.val_batches (+ tune_batches), token ids < vocab."""
+    """Everything about the data that would otherwise fail (or silently shrink) after training steps: a window of
+    seq_len in each split, every validation window data.tune_batches asks for after data.val_batches, token ids <
+    vocab."""
     from smallinit.data.loader import val_offsets
 
     c, d = trainer.cfg, trainer.data
     d.check_seq_len(c.data.seq_len, bos=trainer.bos_id is not None)
     n_val = len(val_offsets(len(d.val), c.data.seq_len, trainer.bos_id))
-    if c.data.tune_batches:
-        need = c.data.val_batches * c.train.batch_size + 1  # the tune windows follow the val windows
+    if c.data.tune_batches:  # the tune windows follow the val windows; every one asked for must exist
+        b = c.train.batch_size
+        need = (c.data.val_batches + c.data.tune_batches) * b
         if n_val < need:
+            room = max(0, n_val // b - c.data.val_batches)
             raise DataError(
                 f"{d.path}: the validation split holds {n_val} windows of seq_len {c.data.seq_len}; "
-                f"data.tune_batches needs more than data.val_batches × batch_size = {need - 1}; lower "
-                "data.val_batches / data.tune_batches or prepare a larger --val-fraction"
+                f"data.tune_batches={c.data.tune_batches} after data.val_batches={c.data.val_batches} needs "
+                f"({c.data.val_batches} + {c.data.tune_batches}) × batch_size {b} = {need}; lower data.tune_batches "
+                f"(at most {room} here) / data.val_batches or prepare a larger --val-fraction"
             )
     if trainer.resume:
         return  # the token scan ran in Trainer._setup (rundir.data_mismatch), before the data set the vocabulary

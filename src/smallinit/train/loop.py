@@ -106,12 +106,22 @@ class Trainer:
         resume: bool = False,
         callbacks: list[Any] | None = None,
         max_steps: int | None = None,
+        allow_change: list[str] | None = None,
     ):
         """``max_steps`` (resume only) extends the run; a value below the run's own ``train.max_steps`` is a
-        ConfigError (a run is never shortened: its schedule and summary belong to that budget)."""
+        ConfigError (a run is never shortened: its schedule and summary belong to that budget). ``allow_change``
+        (resume only) names the dotted config keys that may differ from the checkpoint's copy (any other difference
+        is refused; the allowed ones are recorded: :mod:`smallinit.runs.config_changes`)."""
+        from smallinit.runs.config_changes import check_allow_names
+
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.callbacks = list(callbacks or [])
+        self.allow_change = check_allow_names(list(allow_change or []))
+        if self.allow_change and not resume:
+            raise ConfigError("allow_change goes with resume: a new run has no checkpoint to differ from")
+        by = [f"--allow-change {','.join(self.allow_change)}"] if self.allow_change else []
+        self.change_by = " ".join(["train --resume", *by, *([f"--max-steps {max_steps}"] if max_steps else [])])
         if resume:
             cfg_path = self.run_dir / "config.yaml"
             if not cfg_path.is_file():
@@ -439,7 +449,13 @@ def train(cfg: RunConfig, run_dir: str | os.PathLike, callbacks: list[Any] | Non
 
 
 def resume(
-    run_dir: str | os.PathLike, callbacks: list[Any] | None = None, max_steps: int | None = None
+    run_dir: str | os.PathLike,
+    callbacks: list[Any] | None = None,
+    max_steps: int | None = None,
+    allow_change: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Continue the run in ``run_dir`` from its last good checkpoint (optionally to a new ``max_steps``)."""
-    return Trainer(None, run_dir, resume=True, callbacks=callbacks, max_steps=max_steps).run()
+    """Continue the run in ``run_dir`` from its last good checkpoint (optionally to a new ``max_steps``; with
+    ``allow_change``, the config keys that may differ from the checkpoint's: see :class:`Trainer`)."""
+    return Trainer(
+        None, run_dir, resume=True, callbacks=callbacks, max_steps=max_steps, allow_change=allow_change
+    ).run()

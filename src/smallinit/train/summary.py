@@ -13,7 +13,10 @@ from smallinit.runs.checkpoint import latest_good_checkpoint
 def write_summary(trainer, last_record: dict[str, Any], val_loss: float | None) -> dict[str, Any]:
     """The summary of a run that reached ``train.max_steps`` (``last_record``: the last logged metrics record;
     ``val_loss``: the last evaluated); rank 0 writes it as ``summary.json`` and removes a ``diverged.json`` left by
-    an earlier stop. Returns it."""
+    an earlier stop. Config changes allowed on a resume (``config_changes.jsonl``) are listed under
+    ``config_changes``. Returns it."""
+    from smallinit.runs.config_changes import recorded
+
     c, model = trainer.cfg, trainer.model
     summary = {
         "completed": True,
@@ -27,6 +30,7 @@ def write_summary(trainer, last_record: dict[str, Any], val_loss: float | None) 
         "active_params": model.num_params(active=True),
         "dtype": c.train.dtype,
         "dtype_reason": trainer.dtype_decision.reason,
+        "config_changes": recorded(trainer.run_dir) or None,
     }
     summary = fill_summary(trainer, summary)
     if trainer.dist.is_main:

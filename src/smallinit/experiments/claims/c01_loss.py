@@ -140,10 +140,17 @@ def across_widths(results: Sequence[dict[str, Any]], variant: str = "paper") -> 
     rows = [r for r, _ in pairs]
     first = rows[0]
     for r in rows[1:]:
-        if r["data"] != first["data"] or r["arms"] != first["arms"]:
+        if r["data"] != first["data"]:
             raise ValueError(
-                f"{r['label']} was trained on other data or arms than {first['label']} "
+                f"{r['label']} was trained on other data than {first['label']} "
                 f"({r['data']} vs {first['data']}): its gaps are not comparable"
+            )
+        if r["arms"] != first["arms"]:
+            keys = sorted(k for k in set(r["arms"]) | set(first["arms"]) if r["arms"].get(k) != first["arms"].get(k))
+            raise ValueError(
+                f"{r['label']} has other arms than {first['label']} (arm {', '.join(map(repr, keys))}: "
+                f"{[r['arms'].get(k) for k in keys]} vs {[first['arms'].get(k) for k in keys]}): its gaps are not "
+                "comparable"
             )
     labels = [r["label"] for r in rows]
     if len(set(labels)) < len(labels):
