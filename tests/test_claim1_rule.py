@@ -268,3 +268,177 @@ def test_the_html_report_draws_part_results_unlike_a_claims_verdict():
     )
     assert page.count('class="verdict"') == 1 and page.count('class="part"') == 2
     assert "part: supported" in page and SMALLER in VERDICT_COLORS
+
+
+# ---- review fixes -------------------------------------------------------------------------------------------------
+
+
+def test_a_flat_fit_is_not_convex_and_a_halfway_vertex_is_decided_the_same_way_every_time():
+    """Equal losses gave a ≈ 3e-17 > 0 from rounding and a 'vertex' at 2.1e-3 (chosen 3e-3); now flat reads as not
+    convex (the arg-min). A vertex exactly halfway in ln η between 1e-3 and 1e-2 was decided by float noise (1e-2);
+    now by the lower loss, then the smaller rate."""
+    flat = choose_rate({1e-3: 1.0, 3e-3: 1.0, 9e-3: 1.0})
+    assert flat["vertex"] is None and flat["chosen"] == 1e-3
+    v = math.sqrt(1e-3 * 1e-2)
+    half = choose_rate({lr: (math.log(lr) - math.log(v)) ** 2 for lr in (1e-3, 1e-2, 1e-1)})
+    assert half["vertex"] == pytest.approx(v) and half["chosen"] == 1e-3
+    # past a diverged top rate the grid does not grow: the best lies below it
+    assert choose_rate({1e-3: 1.2, 3e-3: 1.1, 9e-3: 1.0, 2.7e-2: None})["at_edge"] is None
+
+
+def _fake_tuning(monkeypatch, tmp_path, curves, diverge, fail=()):
+    """tune_learning_rates with one run per arm × rate under tmp_path; rates in ``diverge`` stop with diverged.json
+    (no loss), those in ``fail`` fail otherwise."""
+    from types import SimpleNamespace
+
+    from smallinit.experiments import crossover_tuning as ct
+
+    def fake_jobs(spec, out, arm, lr):
+        return [SimpleNamespace(run_dir=out / arm / f"{lr:.3g}", trunk_dir=None, kind="tune", lr=lr)]
+
+    def fake_execute(jobs, *a, **k):
+        done = {}
+        for j in jobs:
+            j.run_dir.mkdir(parents=True, exist_ok=True)
+            if j.lr in diverge:
+                (j.run_dir / "diverged.json").write_text("{}")
+            done[j.run_dir] = ("failed", "diverged") if j.lr in (*diverge, *fail) else ("done", None)
+        return done
+
+    def fake_collect(spec, out, budgets=None):
+        res = {}
+        for a in spec.arms:
+            rates = [float(p.name) for p in (out / a).iterdir()]
+            res[a] = choose_rate({lr: None if lr in diverge else curves[a](lr) for lr in rates})
+        return res
+
+    monkeypatch.setattr(ct, "tune_jobs", fake_jobs)
+    monkeypatch.setattr(ct, "collect_tuning", fake_collect)
+    monkeypatch.setattr(ct, "tunes_at_budget", lambda spec: False)
+    monkeypatch.setattr("smallinit.experiments.crossover_runs.execute", fake_execute)
+    return ct
+
+
+def test_a_diverged_tuning_rate_is_no_loss_not_a_failed_crossover(monkeypatch, tmp_path):
+    """A tuning run stopped by the divergence watch used to abort the crossover ("tuning run … failed", again on every
+    --retry-failed); it is that rate's result: no loss there. A failure of another kind still stops; every rate
+    diverged reads the 'lower the rates' line."""
+    from smallinit.core.errors import RunDirError
+    from smallinit.experiments.crossover import CrossoverSpec
+
+    spec = CrossoverSpec(arms={"a": [], "b": []}, baseline="a", tokens=10_000, lrs=[1e-3, 3e-3, 9e-3, 2.7e-2])
+    curves = {"a": lambda lr: (math.log(lr / 3e-3)) ** 2, "b": lambda lr: (math.log(lr / 9e-3)) ** 2}
+    ct = _fake_tuning(monkeypatch, tmp_path / "ok", curves, diverge=(2.7e-2,))
+    assert ct.tune_learning_rates(spec, tmp_path / "ok", 1, 1, lambda s: None) == {"a": 3e-3, "b": 9e-3}
+    ct = _fake_tuning(monkeypatch, tmp_path / "f", curves, diverge=(), fail=(2.7e-2,))
+    with pytest.raises(RunDirError, match="tuning run .* failed"):
+        ct.tune_learning_rates(spec, tmp_path / "f", 1, 1, lambda s: None)
+    ct = _fake_tuning(monkeypatch, tmp_path / "all", curves, diverge=tuple(spec.lrs))
+    with pytest.raises(RunDirError, match="reached a finite validation loss; lower the rates"):
+        ct.tune_learning_rates(spec, tmp_path / "all", 1, 1, lambda s: None)
+
+
+def test_rates_are_chosen_at_the_judged_budget_not_at_a_larger_d(monkeypatch, tmp_path):
+    """With --tokens beyond K·N the verdict is read at the budget nearest above K·N; the rates were chosen on the
+    tuning losses at D. At K·N = 1000 tokens 1e-3 is best, at D = 2000 9e-3: the choice is 1e-3."""
+    from smallinit.experiments import crossover_tuning as ct
+    from smallinit.experiments.crossover import Budget, CrossoverSpec
+
+    spec = CrossoverSpec(arms={"a": [], "b": []}, baseline="a", tokens=2000, lrs=[1e-3, 3e-3, 9e-3], enough=10.0)
+    table = {1000: {1e-3: 1.0, 3e-3: 1.1, 9e-3: 1.3}, 2000: {1e-3: 1.3, 3e-3: 1.1, 9e-3: 1.0}}
+    for arm in spec.arms:
+        for lr in spec.lrs:
+            (tmp_path / "runs" / arm / "tune" / f"lr{lr:.3g}").mkdir(parents=True)
+    monkeypatch.setattr("smallinit.experiments.crossover_jobs.baseline_non_embedding_params", lambda spec: 100)
+    monkeypatch.setattr(ct, "_rate_of", lambda d: float(d.name[2:]))
+    monkeypatch.setattr(ct, "_final_loss", lambda d: table[int(d.name[1:])][float(d.parent.name[2:])])
+    budgets = [Budget(10, 8, 1000), Budget(20, 16, 2000)]
+    t = ct.collect_tuning(spec, tmp_path, budgets)
+    assert t["a"]["judged_tokens"] == 1000 and t["a"]["argmin"] == 1e-3 and set(t["a"]["profile"]) == {"1000", "2000"}
+    spec.enough = None  # nothing declared: judged (and tuned) at D
+    assert ct.collect_tuning(spec, tmp_path, budgets)["a"]["argmin"] == 9e-3
+
+
+def _result_with(losses, problems=None):
+    spec = {"arms": {"base": [], "paper": []}, "baseline": "base", "enough": 75.0, "seeds": sorted(losses["base"])}
+    r = {
+        "spec": spec,
+        "budgets": [{"tokens": int(d), "steps": 1, "start": 0} for d in BUDGETS],
+        "non_embedding_params": N,
+        "tokens_per_param": [d / N for d in BUDGETS],
+        "losses": {a: {str(s): v for s, v in per.items()} for a, per in losses.items()},
+        "analyses": {},
+    }
+    if problems:
+        r["problems"] = {a: {str(s): v for s, v in per.items()} for a, per in problems.items()}
+    return r
+
+
+def test_rejudging_keeps_a_diverged_variant_failed_and_names_a_nan_seed():
+    """crossover.json kept no reasons, so a re-judged crossover whose variant diverged on a seed read *supported* over
+    the others (the seed 'missing'); the reasons are now written and read. A NaN loss in a crossover.json was counted
+    as a pair ('over 5 seeds', power nan%); it is now a lost seed, named."""
+    from smallinit.experiments.crossover_rejudge import rejudge
+
+    losses = _losses({s: 0.05 + 0.002 * s for s in range(5)})
+    losses["paper"][3][-1] = None
+    why = {"paper": {3: [None, None, None, None, "non-finite (diverged)"]}}
+    assert rejudge(_result_with(losses), 75.0, n_boot=10)["analyses"]["paper"]["verdict"] == SUPPORTED  # the old file
+    a = rejudge(_result_with(losses, why), 75.0, n_boot=10)["analyses"]["paper"]
+    assert a["verdict"] == INCONCLUSIVE and "diverged" in a["reason"]
+    losses["paper"][3][-1] = float("nan")
+    a = rejudge(_result_with(losses), 75.0, 0.02, n_boot=10)["analyses"]["paper"]
+    assert a["complete_pairs"] == 4 and "4 complete pairs of 5" in a["reason"] and a["verdict"] == INCONCLUSIVE
+    assert a["missing"] == ["seed 3 paper: non-finite at D = 16,000,000"] and math.isfinite(a["power"])
+
+
+def test_analyse_writes_the_reasons_that_rejudging_reads(tmp_path):
+    """The crossover's own crossover.json carries why each loss is missing ("problems")."""
+    from smallinit.experiments.crossover import Budget, CrossoverSpec, analyse
+
+    spec = CrossoverSpec(arms={"a": [], "b": []}, baseline="a", tokens=1000, seeds=[0])
+    d = tmp_path / "runs" / "b" / "seed0" / "D1000"
+    d.mkdir(parents=True)
+    (d / "diverged.json").write_text("{}")
+    r = analyse(spec, tmp_path, [Budget(10, 8, 1000)], n_boot=5)
+    assert r["problems"]["b"]["0"] == ["non-finite (diverged)"] and r["problems"]["a"]["0"] == ["not run"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda r: r["spec"].pop("baseline"), "spec.baseline must name an arm"),
+        (lambda r: r.update(losses="x"), "losses must map arms"),
+        (lambda r: r["losses"]["paper"]["0"].pop(), "losses.paper must map seeds to one loss"),
+        (lambda r: r["losses"]["paper"]["0"].__setitem__(0, "1.3"), "losses.paper must map seeds"),
+        (lambda r: r.update(budgets=[]), "budgets must be a list"),
+        (lambda r: r.update(non_embedding_params=0), "non_embedding_params must be a number > 0"),
+    ],
+)
+def test_rejudge_refuses_a_malformed_result_with_one_line(tmp_path, capsys, edit, says):
+    """A crossover.json without spec.baseline, or with losses of another shape, was a KeyError/AttributeError
+    traceback; now one error line, and nothing written."""
+    from smallinit.cli import main as cli
+
+    r = _result_with(_losses(dict.fromkeys(range(2), 0.0)))
+    edit(r)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "crossover.json").write_text(json.dumps(r))
+    assert cli(["crossover-rejudge", str(tmp_path / "r"), "--enough", "75", "--out", str(tmp_path / "o")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("error: ") and says in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_declaration_added_after_the_runs_is_refused_in_words(tmp_path):
+    """A crossover run without --enough, rerun with --enough 75, said 'declared with --enough None'."""
+    from smallinit.experiments.crossover import CrossoverSpec
+    from smallinit.experiments.crossover_checks import SPEC_FILE, check_output
+
+    out = tmp_path / "x"
+    out.mkdir()
+    spec = CrossoverSpec(arms={"a": [], "b": []}, baseline="a", tokens=1000)
+    (out / SPEC_FILE).write_text(json.dumps(spec.to_dict()))
+    check_output(out, spec)
+    with pytest.raises(Exception, match=r"declared with no --enough before its runs; .*asked: --enough 75\)"):
+        check_output(out, CrossoverSpec(**{**spec.to_dict(), "enough": 75.0}))

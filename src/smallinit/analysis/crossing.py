@@ -44,6 +44,7 @@ from smallinit.analysis.loss_verdict import (  # noqa: F401 - re-exported: the v
     SUPPORTED,
     _judge,
     effect_stats,
+    finite_rows,
     judged_budget,
     loss_claim_verdict,
     lost_seeds,
@@ -142,8 +143,13 @@ class CrossoverAnalysis:
 
 
 def _mean_curve(per_seed: dict[int, list[float | None]], seeds: Sequence[int]) -> np.ndarray:
+    """The seed mean at each budget; NaN where no seed has a loss (a bootstrap draw of lost seeds only), quietly."""
+    import warnings
+
     rows = np.array([[np.nan if v is None else v for v in per_seed[s]] for s in seeds], dtype=np.float64)
-    return np.nanmean(rows, axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "Mean of empty slice": the NaN is what is meant
+        return np.nanmean(rows, axis=0)
 
 
 def _fit(D: np.ndarray, L: np.ndarray) -> ScalingFit | None:
@@ -272,8 +278,7 @@ def analyse_crossover(
     (:func:`lost_seeds`); a non-finite (diverged) one is that arm's failure.
     """
     D, seeds = _budgets_and_seeds(budgets, losses, baseline, variant, non_embedding_params, enough_tokens_per_param)
-    base = {s: list(losses[baseline][s]) for s in seeds}
-    var = {s: list(losses[variant][s]) for s in seeds}
+    (base, var), problems = finite_rows(losses, (baseline, variant), seeds, problems)
     gap = [paired_t_interval(_paired_diffs(base, var, seeds, j)) for j in range(D.size)]
     declared = enough_tokens_per_param * non_embedding_params if enough_tokens_per_param else None
     j, reached = judged_budget(D, declared)

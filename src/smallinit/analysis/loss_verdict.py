@@ -209,6 +209,29 @@ def _judge(
     )
 
 
+def finite_rows(
+    losses: dict[str, dict[int, Sequence[float | None]]],
+    arms: Sequence[str],
+    seeds: Sequence[int],
+    problems: dict[str, dict[int, Sequence[str | None]]] | None,
+) -> tuple[list[dict[int, list[float | None]]], dict[str, dict[int, list[str | None]]]]:
+    """(per arm in ``arms``: {seed: losses with every non-finite one as None}, ``problems`` with "non-finite" where a
+    NaN or ±inf loss had no reason given): a NaN read from a crossover.json is a lost seed, named, never a pair."""
+    rows, why = [], {a: {s: list(v) for s, v in ((problems or {}).get(a) or {}).items()} for a in arms}
+    for arm in arms:
+        per: dict[int, list[float | None]] = {}
+        for s in seeds:
+            vals = list(losses[arm][s])
+            per[s] = [None if v is None or not math.isfinite(v) else v for v in vals]
+            for k, v in enumerate(vals):
+                if v is not None and per[s][k] is None:
+                    reasons = why[arm].setdefault(s, [])
+                    reasons += [None] * (len(vals) - len(reasons))
+                    reasons[k] = reasons[k] or "non-finite"
+        rows.append(per)
+    return rows, why
+
+
 def lost_seeds(
     problems: dict[str, dict[int, Sequence[str | None]]] | None,
     arms: dict[str, dict[int, list]],
@@ -222,7 +245,8 @@ def lost_seeds(
     for s in seeds:
         for arm, rows in arms.items():
             if rows[s][j] is None:
-                why = ((problems or {}).get(arm, {}).get(s) or [None] * (j + 1))[j] or "missing"
+                said = (problems or {}).get(arm, {}).get(s) or []
+                why = (said[j] if j < len(said) else None) or "missing"
                 out.append(f"seed {s} {arm}: {why} at D = {tokens:,.0f}")
     return out
 
@@ -247,6 +271,7 @@ __all__ = [
     "SMALLER",
     "SUPPORTED",
     "effect_stats",
+    "finite_rows",
     "judged_budget",
     "lost_seeds",
     "loss_claim_verdict",

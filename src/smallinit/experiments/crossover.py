@@ -277,6 +277,7 @@ def analyse(
         "non_embedding_params": n_non_emb,
         "tokens_per_param": [d / n_non_emb for d in D],
         "losses": {a: {str(s): v for s, v in r.items()} for a, r in losses.items()},
+        "problems": {a: {str(s): v for s, v in r.items()} for a, r in why.items()},  # crossover-rejudge reads them
         "analyses": {a: x.to_dict() for a, x in analyses.items()},
     }
 

@@ -62,10 +62,14 @@ def check_output(out: Path, spec: Any, inputs: tuple[str, ...] = (), data: dict[
 
         declared = [k for k in ("enough", "effect") if old.get(k, new.get(k)) != new.get(k)]
         if declared:
-            said = ", ".join(f"--{k} {old.get(k)}" for k in declared)
+
+            def said(d: dict[str, Any]) -> str:  # "--enough 75, no --effect"
+                v = {k: format(d[k], "g") if isinstance(d.get(k), (int, float)) else d.get(k) for k in declared}
+                return ", ".join(f"--{k} {v[k]}" if v[k] is not None else f"no --{k}" for k in declared)
+
             raise RunDirError(
-                f"{out} was declared with {said} before its runs; a declaration cannot change after them "
-                f"(asked: {', '.join(f'--{k} {new.get(k)}' for k in declared)}). To read the runs at another budget "
+                f"{out} was declared with {said(old)} before its runs; a declaration cannot change after them "
+                f"(asked: {said(new)}). To read the runs at another budget "
                 f"or effect, use `smallinit crossover-rejudge {out} --enough K [--effect NATS]` (its report says "
                 "so)"
             )

@@ -36,6 +36,7 @@ def rejudge(
     spec = out["spec"]
     D = [float(b["tokens"]) for b in out["budgets"]]
     losses = {arm: {int(s): list(v) for s, v in per.items()} for arm, per in out["losses"].items()}
+    problems = {arm: {int(s): list(v) for s, v in per.items()} for arm, per in (out.get("problems") or {}).items()}
     was_k, was_d = declared(result)
     out["analyses"] = {
         arm: analyse_crossover(
@@ -47,6 +48,7 @@ def rejudge(
             n_boot=n_boot,
             enough_tokens_per_param=enough,
             effect=effect,
+            problems=problems or None,  # why a loss is missing: a diverged arm stays failed when re-judged
         ).to_dict()
         for arm in losses
         if arm != spec["baseline"]

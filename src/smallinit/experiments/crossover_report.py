@@ -198,8 +198,10 @@ def _tuning_lines(result: dict[str, Any]) -> list[str]:
     """The table of the tuning runs (:func:`tuning_rows`) under its heading, then (tuned at D) each arm's
     loss-vs-rate profile at every budget."""
     cols, rows = tuning_rows(result)
+    at = next((t["judged_tokens"] for t in (result.get("tuning") or {}).values() if t.get("judged_tokens")), None)
     lines = [
-        "## Learning rate per arm (final tune_loss of each tuning run)",
+        "## Learning rate per arm (final tune_loss of each tuning run"
+        + (f", at the judged budget D = {at:,})" if at else ")"),
         "",
         "| " + " | ".join(cols) + " |",
         "|" + "---|" * len(cols),
@@ -328,8 +330,13 @@ def _judged_lines(D: list[int], a: dict[str, Any], rejudged: bool = False) -> li
             "",
             f"Claimed effect δ = {a['effect']:.4f} nats "
             f"({'given when re-judging' if rejudged else 'declared with the budget'}); one-sided 95% upper bound of G "
-            f"{fmt_num(up, '+.4f')}; power of these {a.get('complete_pairs', len(a['seeds']))} seed pairs to find a "
-            f"true δ at the measured spread: {fmt_num(pw * 100 if pw is not None else None, '.0f')}%"
+            f"{fmt_num(up, '+.4f')}; "
+            + (
+                f"power of these {a.get('complete_pairs', len(a['seeds']))} seed pairs to find a true δ at the "
+                f"measured spread: {pw * 100:.0f}%"
+                if pw is not None
+                else "no power figure (a spread needs ≥ 2 complete seed pairs)"
+            )
             + (f"; {need} seeds give 80%" if need else "")
             + ".",
         ]

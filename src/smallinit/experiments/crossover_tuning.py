@@ -30,6 +30,9 @@ from smallinit.core.errors import RunDirError
 
 FIT_POINTS = 5
 """The quadratic is fitted to at most this many grid rates, centred on the arg-min."""
+FLAT = 1e-9
+"""A fit whose rise over the fitted rates is below this (relative to the losses) is flat, not convex: its "vertex" is
+rounding noise (equal losses), so the arm runs at the arg-min."""
 
 
 def lr_name(lr: float) -> str:
@@ -86,10 +89,11 @@ def choose_rate(losses: dict[float, float | None]) -> dict[str, Any]:
     """The rate an arm runs at, from its loss at each grid rate (None: failed or non-finite).
 
     Fits ℓ(x) = a·x² + b·x + c (x = ln η, least squares) to the finite losses of the up to :data:`FIT_POINTS` grid
-    rates centred on the arg-min; the chosen rate is the grid rate nearest x* = −b / 2a when a > 0, else the arg-min.
+    rates centred on the arg-min; the chosen rate is the finite grid rate nearest x* = −b / 2a when a > 0 (not flat to
+    rounding, :data:`FLAT`; at equal distance the lower loss, then the smaller rate), else the arg-min.
     Returns {"argmin", "chosen", "vertex" (η at x*, None without a convex fit), "fit" ([a, b, c] or None),
-    "fit_rates" (the rates fitted), "at_edge" (the arg-min or x* at or past the smallest/largest rate tried:
-    "low" | "high" | None)}."""
+    "fit_rates" (the rates fitted), "at_edge" (the arg-min or x* at or past the smallest/largest rate tried, when that
+    rate has a finite loss: "low" | "high" | None)}."""
     tried = sorted(losses)
     ok = [lr for lr in tried if losses[lr] is not None and math.isfinite(losses[lr])]
     if not ok:
@@ -104,16 +108,17 @@ def choose_rate(losses: dict[float, float | None]) -> dict[str, Any]:
         y = np.asarray([losses[p] for p in pts], dtype=np.float64)
         a, b, c = (float(v) for v in np.polyfit(x, y, 2))
         fit = [a, b, c]
-        if a > 0:
+        if a * float(np.ptp(x)) ** 2 > FLAT * max(1.0, float(np.abs(y).max())):  # convex, not flat to rounding
             xv = -b / (2 * a)
             vertex = math.exp(xv)
-            chosen = min(tried, key=lambda lr: abs(math.log(lr) - xv) if lr in ok else math.inf)
+            # nearest in ln η; halfway between two rates: the lower measured loss, then the smaller rate
+            chosen = min(ok, key=lambda lr: (round(abs(math.log(lr) - xv), 9), losses[lr]))
     edge = None
     lo_x, hi_x = math.log(tried[0]), math.log(tried[-1])
-    if len(tried) > 1:
-        if argmin == tried[0] or (vertex is not None and math.log(vertex) <= lo_x):
+    if len(tried) > 1:  # past a rate that failed or diverged the grid does not grow: the best lies inside
+        if tried[0] in ok and (argmin == tried[0] or (vertex is not None and math.log(vertex) <= lo_x)):
             edge = "low"
-        elif argmin == tried[-1] or (vertex is not None and math.log(vertex) >= hi_x):
+        elif tried[-1] in ok and (argmin == tried[-1] or (vertex is not None and math.log(vertex) >= hi_x)):
             edge = "high"
     return {"argmin": argmin, "chosen": chosen, "vertex": vertex, "fit": fit, "fit_rates": pts, "at_edge": edge}
 
@@ -130,6 +135,13 @@ def _final_loss(run_dir: Path) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
+def _diverged(job: Any) -> bool:
+    """Whether a tuning run stopped on a non-finite or diverged loss (its ``diverged.json``, or its trunk's for a
+    branch left blocked): that rate has no loss, and the choice is made without it."""
+    dirs = [job.run_dir, getattr(job, "trunk_dir", None)]
+    return any(d is not None and (Path(d) / "diverged.json").is_file() for d in dirs)
+
+
 def _rate_of(d: Path) -> float:
     from smallinit.runs.rundir import read_config
 
@@ -137,11 +149,24 @@ def _rate_of(d: Path) -> float:
     return float(((cfg or {}).get("optim") or {}).get("lr", d.name[2:]))
 
 
+def judged_index(spec: Any, budgets: list[Any]) -> int:
+    """The index of the budget a claim is judged at (:func:`~smallinit.analysis.loss_verdict.judged_budget`): the
+    one nearest above K·N with ``--enough K``, else the largest. The rates are chosen there, not at D when D > K·N."""
+    from smallinit.analysis.loss_verdict import judged_budget
+    from smallinit.experiments.crossover_jobs import baseline_non_embedding_params
+
+    if spec.enough is None:
+        return len(budgets) - 1
+    return judged_budget([b.tokens for b in budgets], spec.enough * baseline_non_embedding_params(spec))[0]
+
+
 def collect_tuning(spec: Any, out: Path, budgets: list[Any] | None = None) -> dict[str, dict[str, Any]]:
-    """Per arm, from the tuning runs under ``OUT/runs/ARM/tune``: {"losses": {rate: tune_loss at D (or of the shorter
-    run) or None}, "profile": {budget tokens: {rate: tune_loss}} (at D only), the fields of :func:`choose_rate`}."""
+    """Per arm, from the tuning runs under ``OUT/runs/ARM/tune``: {"losses": {rate: tune_loss at the judged budget
+    (:func:`judged_index`; of the shorter run) or None}, "profile": {budget tokens: {rate: tune_loss}} and
+    "judged_tokens" (at D only), the fields of :func:`choose_rate`}."""
     res: dict[str, dict[str, Any]] = {}
     at_budget = tunes_at_budget(spec) and budgets
+    judged = budgets[judged_index(spec, budgets)] if at_budget else None
     for arm in spec.arms:
         home = out / "runs" / arm / "tune"
         losses: dict[float, float | None] = {}
@@ -153,7 +178,7 @@ def collect_tuning(spec: Any, out: Path, budgets: list[Any] | None = None) -> di
             if at_budget:
                 for b in budgets:
                     profile.setdefault(str(b.tokens), {})[f"{lr:.3g}"] = _final_loss(d / f"D{b.tokens}")
-                losses[lr] = _final_loss(d / f"D{budgets[-1].tokens}")
+                losses[lr] = _final_loss(d / f"D{judged.tokens}")
             else:
                 losses[lr] = _final_loss(d)
         if not losses:
@@ -161,7 +186,7 @@ def collect_tuning(spec: Any, out: Path, budgets: list[Any] | None = None) -> di
         choice = choose_rate(losses)
         res[arm] = {
             "losses": {f"{lr:.3g}": losses[lr] for lr in sorted(losses)},
-            **({"profile": profile} if at_budget else {}),
+            **({"profile": profile, "judged_tokens": judged.tokens} if at_budget else {}),
             **choice,
         }
     return res
@@ -188,7 +213,10 @@ def tune_learning_rates(
         if budgets:
             check_reuse([j for j in jobs if j.kind == "trunk"], [j for j in jobs if j.kind == "branch"])
         done = execute(jobs, workers, log, threads, launcher, **run)
-        failed = [p for p, r in done.items() if r[0] in ("failed", "blocked")]
+        stopped = [j for j in jobs if done.get(j.run_dir, ("done",))[0] in ("failed", "blocked")]
+        failed = [j.run_dir for j in stopped if not _diverged(j)]  # a diverged rate is a result: no loss there
+        if len(failed) < len(stopped):
+            log(f"[crossover] {len(stopped) - len(failed)} tuning run(s) diverged: no loss at their rate")
         if failed:
             raise RunDirError(
                 f"tuning run {failed[0].relative_to(out)} failed: {done[failed[0]][1]} (rerun with --retry-failed "
@@ -214,9 +242,11 @@ def tune_learning_rates(
 
 __all__ = [
     "FIT_POINTS",
+    "FLAT",
     "choose_rate",
     "collect_tuning",
     "grid_step",
+    "judged_index",
     "lr_name",
     "tune_config",
     "tune_job",
