@@ -4,6 +4,7 @@ the γ a model's init really has, where the norm ε and Adam's ε bite, and how 
 from __future__ import annotations
 
 import argparse
+import sys
 
 HELP = (
     "audit a model's initialization: implied γ per matrix, norm saturation, residual flow, first-step "
@@ -77,6 +78,17 @@ def _widths(text: str | None) -> list[int] | None:
     return ws
 
 
+def _progress():
+    """Progress lines on stderr for a person at a terminal (a long build says what it is doing); nothing when
+    stderr is a file or a pipe, where a refused command prints its one error line alone."""
+
+    def say(line: str) -> None:
+        if sys.stderr.isatty():
+            print(line, file=sys.stderr, flush=True)
+
+    return say
+
+
 def run(args: argparse.Namespace) -> int:
     from smallinit.audit import audit, audit_widths, check_out_dir
     from smallinit.audit.targets import DEFAULT_BLOCKS, DEFAULT_MAX_PARAMS, load_target
@@ -104,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--grad-clip must be a finite number >= 0 (0 = off), got {args.grad_clip}")
     if not 0 <= args.seed < 2**63:
         raise ConfigError(f"--seed must be an integer in [0, 2^63), got {args.seed}")
+    say = _progress()
+    say(f"audit: building {args.target} …")  # a 7B config takes a while to build
     tgt = load_target(
         args.target,
         args.overrides,
@@ -122,9 +136,11 @@ def run(args: argparse.Namespace) -> int:
         f"{tgt.full_params / 1e6:.1f}M parameters in the full model; {tgt.audited_params / 1e6:.1f}M built "
         f"for the sample pass (width {tgt.width})."
     )
+    say(f"audit: built {tgt.audited_params / 1e6:.1f}M parameters; one forward and backward pass …")
     report = audit(tgt.module, target=tgt.label, notes=notes, **kw)
     del tgt.module
     if widths:
+        say(f"audit: rebuilding at widths {', '.join(map(str, widths))} …")
         report.widths = audit_widths(
             lambda w: (tgt.build_at_width(w), None),
             widths,
