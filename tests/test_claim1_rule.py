@@ -442,3 +442,13 @@ def test_a_declaration_added_after_the_runs_is_refused_in_words(tmp_path):
     check_output(out, spec)
     with pytest.raises(Exception, match=r"declared with no --enough before its runs; .*asked: --enough 75\)"):
         check_output(out, CrossoverSpec(**{**spec.to_dict(), "enough": 75.0}))
+
+
+def test_the_gap_fit_leaves_out_a_seed_that_was_not_run():
+    """A crossover stopped after k of its declared seeds: the seeds not run have no loss anywhere; the gap fit uses
+    the complete ones instead of reporting "no fit"."""
+    losses = _losses({s: 0.01 for s in range(4)})
+    for arm in losses:
+        losses[arm][3] = [None] * len(BUDGETS)
+    a = analyse_crossover(BUDGETS, losses, "base", "paper", N, n_boot=20, enough_tokens_per_param=75)
+    assert a.gap_fit.status != "no fit" and a.complete_pairs == 3

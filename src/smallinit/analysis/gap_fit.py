@@ -111,9 +111,12 @@ def fit_gap_curve(
     seed-mean gap. The interval of c joins (its hull) the per-seed bootstrap (k seeds drawn with replacement, paired
     across arms, refitted: the 2.5–97.5% percentiles) and the profile interval of the point fit (:func:`_gap_profile`):
     seeds bring the training noise, the profile the uncertainty of extrapolating a 3-parameter curve. D* and its
-    interval likewise, only when c's interval excludes 0."""
+    interval likewise, only when c's interval excludes 0. Seeds lost at some budget are left out of the fit (the
+    verdict names them)."""
     Dv = np.asarray(D, dtype=np.float64)
     j = Dv.size - 1 if upto is None else upto
+    # the seeds with a gap at every budget up to j (a seed not run, or lost, is left out rather than every budget)
+    seeds = [s for s in seeds if all(None not in (base[s][i], var[s][i]) for i in range(j + 1))] or list(seeds)
     usable = [i for i in range(j + 1) if all(None not in (base[s][i], var[s][i]) for s in seeds)]
     idx = usable[-n_fit:]
     if len(idx) < n_fit or n_fit < 4:
