@@ -9,7 +9,6 @@ the runs", with what was declared) and ``crossover.png`` into DIR; the runs are 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 HELP = "judge a finished crossover's losses at another budget or claimed effect (the report says it was re-judged)"
 
@@ -43,14 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def read_result(path: str) -> dict:
     """A crossover.json (or the one in a folder), refused with one line when it is not a finished crossover's."""
     from smallinit.core.errors import ConfigError
-    from smallinit.runs.rundir import read_json
+    from smallinit.experiments.crossover_rejudge import read_crossover_json
 
-    p = Path(path)
-    if p.is_dir():
-        p = p / "crossover.json"
-    if not p.is_file():
-        raise ConfigError(f"{path}: no crossover.json there (is it a finished crossover folder?)")
-    x = read_json(p, strict=True)
+    p, x = read_crossover_json(path)
     if not isinstance(x, dict) or not {"spec", "losses", "budgets", "non_embedding_params"} <= set(x):
         raise ConfigError(f"{p}: not a crossover result (needs spec, losses, budgets, non_embedding_params)")
     bad = malformed(x)

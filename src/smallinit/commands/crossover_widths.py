@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 HELP = "compare crossovers of several widths at equal tokens per parameter: verdicts, D*/N, the gap by D/N"
 
@@ -31,15 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _read(result: str, variant: str) -> dict:
     from smallinit.core.errors import ConfigError
+    from smallinit.experiments.crossover_rejudge import read_crossover_json
 
-    path = Path(result)
-    if path.is_dir():
-        path = path / "crossover.json"
-    if not path.is_file():
-        raise ConfigError(f"{result}: no crossover.json there (is it a finished crossover folder?)")
-    from smallinit.runs.rundir import read_json
-
-    x = read_json(path, strict=True)
+    path, x = read_crossover_json(result)
     if not isinstance(x, dict) or variant not in (x.get("analyses") or {}):
         raise ConfigError(f"{path}: holds no analysis of the arm {variant!r} (a finished crossover has one per arm)")
     return x

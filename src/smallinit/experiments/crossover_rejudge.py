@@ -20,6 +20,22 @@ from smallinit.analysis.crossing import analyse_crossover
 from smallinit.analysis.effect import ClaimedEffect, claimed_effect, loss_at_budget
 
 
+def read_crossover_json(result: str) -> tuple[Any, Any]:
+    """(path, content) of a finished crossover's ``crossover.json`` — ``result`` names it or its folder; one
+    ConfigError line when there is none."""
+    from pathlib import Path
+
+    from smallinit.core.errors import ConfigError
+    from smallinit.runs.rundir import read_json
+
+    path = Path(result)
+    if path.is_dir():
+        path = path / "crossover.json"
+    if not path.is_file():
+        raise ConfigError(f"{result}: no crossover.json there (is it a finished crossover folder?)")
+    return path, read_json(path, strict=True)
+
+
 def declared(result: dict[str, Any]) -> tuple[float | None, float | None]:
     """(K, δ) as declared before the runs of ``result``."""
     spec = result.get("spec") or {}
@@ -86,4 +102,4 @@ def effect_from_results(
     return claimed_effect(sizes, losses, params, tokens)
 
 
-__all__ = ["baseline_curve", "declared", "effect_from_results", "rejudge"]
+__all__ = ["baseline_curve", "declared", "effect_from_results", "read_crossover_json", "rejudge"]
