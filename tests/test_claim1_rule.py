@@ -452,3 +452,38 @@ def test_the_gap_fit_leaves_out_a_seed_that_was_not_run():
         losses[arm][3] = [None] * len(BUDGETS)
     a = analyse_crossover(BUDGETS, losses, "base", "paper", N, n_boot=20, enough_tokens_per_param=75)
     assert a.gap_fit.status != "no fit" and a.complete_pairs == 3
+
+
+def test_crossover_declares_delta_from_three_widths_and_prints_its_source(tmp_path, capsys):
+    """`crossover --effect-from R R R` declares δ = L(N) − L(1.44·N) at the run's own N and D from the baselines of
+    finished crossovers at 3 widths (dry run too); with --effect as well, or without --enough, one error line."""
+    from smallinit.cli import main as cli
+    from smallinit.commands.crossover import declared_effect
+    from smallinit.experiments.crossover import CrossoverSpec
+    from smallinit.experiments.crossover_jobs import baseline_non_embedding_params
+
+    law = lambda n: 1.2 + 500 * n**-0.7  # noqa: E731  exact at every budget: L does not depend on D here
+    sources = []
+    for n in (1e5, 2e5, 5e5):
+        r = tmp_path / f"w{int(n)}"
+        r.mkdir()
+        result = {
+            "spec": {"baseline": "base"},
+            "budgets": [{"tokens": int(d), "steps": 1, "start": 0} for d in BUDGETS],
+            "non_embedding_params": n,
+            "losses": {"base": {"0": [law(n)] * len(BUDGETS)}, "paper": {"0": [law(n)] * len(BUDGETS)}},
+        }
+        (r / "crossover.json").write_text(json.dumps(result))
+        sources.append(str(r))
+    spec = CrossoverSpec(arms={"a": ["model.gamma=0.5"], "b": []}, baseline="a", tokens=4_000_000, enough=20.0)
+    delta = declared_effect(spec, sources)
+    n = baseline_non_embedding_params(spec)
+    assert delta == pytest.approx(law(n) - law(1.44 * n), abs=1e-6)
+    out = capsys.readouterr().out
+    assert out.startswith("claimed effect: δ = ") and f"{delta:.4f} nats at D = 4,000,000" in out and sources[0] in out
+    argv = ["crossover", "a:model.gamma=0.5", "b:model.gamma=1.0", "--tokens", "4M", "--out", str(tmp_path / "x")]
+    for extra in (["--enough", "20", "--effect", "0.02"], []):
+        assert cli([*argv, *extra, "--dry-run", "--effect-from", *sources]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and err[0].startswith("error: ") and "effect" in err[0]
+    assert not (tmp_path / "x").exists()

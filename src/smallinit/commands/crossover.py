@@ -154,8 +154,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=parse_positive,
         metavar="NATS",
         help="the claimed effect δ in nats, declared with --enough before the runs: an interval holding 0 whose "
-        "one-sided 95%% upper bound is below δ reads 'smaller than the claimed effect' (see "
-        "`smallinit claimed-effect` for the paper's 44%% in nats)",
+        "one-sided 95%% upper bound is below δ reads 'smaller than the claimed effect'",
+    )
+    p.add_argument(
+        "--effect-from",
+        nargs="+",
+        metavar="RESULT",
+        help="declare δ as the paper's 44%% effective size in nats at this run's N and D, from the baseline of "
+        "finished crossovers at ≥ 3 widths that reach D (crossover.json files or their folders); printed with its "
+        "source, dry run too",
     )
     p.add_argument(
         "--jobs",
@@ -223,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens is None and args.enough is None:
         raise ConfigError("give --tokens D, --enough K (tokens per non-embedding parameter), or both")
     _check_set(args.set)
+    if args.effect is not None and args.effect_from:
+        raise ConfigError("give --effect or --effect-from, not both")
     spec = CrossoverSpec(
         arms=arms,
         baseline=args.baseline or next(iter(arms)),
@@ -239,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.tokens is None:
         spec.tokens = tokens_for_enough(spec)
+    if args.effect_from:
+        spec.effect = declared_effect(spec, args.effect_from)
     spec.validate()
     if args.dry_run:  # estimated at the widest stage: arms × seeds trunks (× rates while tuning)
         preflight(spec, Path(args.out))  # what the real run would refuse, the dry run refuses (nothing written)
@@ -258,6 +269,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"{arm} vs {spec.baseline}: {a['answer']}\n  verdict: {a['verdict']} — {a['reason']}")
     print(f"report: {Path(args.out) / 'crossover.md'}")
     return 0
+
+
+def declared_effect(spec, sources: list[str]) -> float:
+    """δ at the baseline's N and the largest budget D from the baselines of the finished crossovers ``sources``
+    (:func:`smallinit.experiments.crossover_rejudge.effect_from_results`); printed with where it came from."""
+    from smallinit.commands.crossover_rejudge import read_result
+    from smallinit.core.errors import ConfigError
+    from smallinit.experiments.crossover_jobs import baseline_non_embedding_params
+    from smallinit.experiments.crossover_rejudge import effect_from_results
+
+    if spec.enough is None:
+        raise ConfigError("--effect-from declares δ with the budget: give --enough K too")
+    results = [read_result(r) for r in sources]
+    try:
+        ce = effect_from_results(results, baseline_non_embedding_params(spec), spec.tokens)
+    except ValueError as e:
+        raise ConfigError(f"--effect-from: {e}") from None
+    print(f"claimed effect: {ce.describe()} (from {', '.join(sources)})")
+    return ce.effect
 
 
 def print_plan(spec, out, threads: int, jobs: int) -> None:
