@@ -61,6 +61,10 @@ def lm_config(p: Preset, a: Arm, lr: float, seed: int, corpus: Path | str) -> Ru
     for k, v in over.items():
         set_dotted(d, k, v, what="preset key")
     cfg = pin_for_claims(load_config(None, [], base=d))  # "auto" → float32 until bf16's parity is shown
+    if p.bf16_where_native:
+        from smallinit.train.precision import bf16_where_native
+
+        cfg.train.dtype = bf16_where_native(cfg.train.device)[0]
     r = dataclasses.replace
     cfg = r(
         cfg,
@@ -276,6 +280,8 @@ def ensure_corpus(p: Preset, corpus: str | os.PathLike | None, out: Path, log: C
             val_fraction=float(p.corpus.get("val_fraction", 0.02)),
             progress=False,
             max_bytes=p.corpus.get("max_bytes"),
+            weights=p.corpus.get("weights"),
+            text_field=p.corpus.get("text_field", "text"),
         )
     log(f"[reproduce] corpus ready in {fmt_seconds(time.time() - t0)}")
     return path

@@ -86,6 +86,15 @@ SHRINK_ARMS: dict[str, tuple[float, float, str]] = {
     "fix-1": PAPER,
 }
 """Claim 2's four arms per width in a crossover: γ ∈ {0.5, 1} × {no fix (ε 1e-5, no gate), fix (ε 1e-12, gate)}."""
+EARLY_ARMS: dict[str, tuple[float, float, str]] = {
+    "A": BASELINE,
+    "B": (1.0, 1e-5, "none"),
+    "C": (1.0, 1e-12, "none"),
+    "D": PAPER,
+}
+"""The mechanism arms of a preset with ``early_arms``: A the baseline; B γ = 1 alone; C B with ε = 1e-12; D C with the
+gate (the paper's setting). Claim 3 reads B vs C, claim 4 B vs A (small init raises the sink) and C vs D (the gate
+lowers it), claim 6 B vs A (condensation under γ = 1 beyond γ = 0.5's, at one rate)."""
 
 
 @dataclass
@@ -169,6 +178,13 @@ class Preset:
     with one here reads it instead of short runs, and is not run when its crossovers do not fit."""
     hours: float | None = None
     """The hours the plan is fitted into when ``--hours`` is not given (presets with further crossovers)."""
+    early_arms: bool = False
+    """Claims 3, 4 and 6 read the four arms of :data:`EARLY_ARMS` (shared runs) instead of their own."""
+    saturation_share: float | None = None
+    """Claim 3 part (a) by the share of the horizon: B is ε-dominated (lowest saturation ≤ 0.5) for more than this
+    time-weighted share of the probed steps. None: by the time-averaged lowest saturation."""
+    bf16_where_native: bool = False
+    """Every run trains under bf16 autocast where the device computes bf16 natively, in float32 elsewhere."""
 
     def n_seeds(self, claim: int) -> int:
         return max(1, int(self.seeds.get(claim, 1)))
@@ -400,7 +416,49 @@ CPU_LONG.extra_crossovers = (
     ),
 )
 
-PRESETS: dict[str, Preset] = {"demo": DEMO, "cpu": CPU, "cpu-long": CPU_LONG, "gpu": GPU}
+CPU_01B_STEPS = 300
+"""The early horizon of ``cpu-0.1b``: the first 300 steps of 8 × 256 tokens (614k tokens, ≈ 10 min a run in bf16 on 2
+cores with AMX), where ε can dominate the norms (claim 3: under γ = 1 the init mean square is 1/768² ≈ 1.7e-6 < 1e-5),
+the first updates condense the weights (claim 6(a)) and sinks form (claim 4)."""
+
+CPU_01B = Preset(
+    name="cpu-0.1b",
+    budget="≤ 2.5 hours on a 2-core CPU with native bf16 (float32 elsewhere: ≈ 2.6× longer)",
+    description=(
+        "the paper's 0.1b size (d 768 × 12, 12 heads / 4 KV heads, d_ff 2048) at an early horizon: 300 steps of "
+        "8 × 256 tokens, bf16 where native, one rate (6e-4, warm-up 30) for every arm; bilingual BPE 32,768 on "
+        "en-books-wiki + zh-news (4:1 by tokens), BOS-started windows; arms A–D × 3 seeds; the mechanism claims "
+        "3 (ε saturation), 4 (sink) and 6 (condensation), log-spaced early probes; loss claims are not reached"
+    ),
+    claims=(3, 4, 6),
+    jobs=1,  # one 0.1b run at a time gets both cores
+    base={
+        "model": {"preset": "0.1b", "max_seq_len": 256},
+        "data": {"seq_len": 256, "val_batches": 4, "tune_batches": 0, "bos": True},
+        "optim": {"warmup_steps": 30},
+        "train": {"batch_size": 8, "log_every": 10, "eval_every": 100, "ckpt_every": 50, "keep_ckpts": 1},
+        "probe": {"every": 50},
+    },
+    sizes={"0.1b": {"model.preset": "0.1b", "train.max_steps": CPU_01B_STEPS}},
+    main_size="0.1b",
+    probe_size="0.1b",
+    lrs=(6e-4,),  # nanoGPT's rate for its 124M GPT-2: one rate, so that claim 6 compares arms at the same rate
+    seeds={3: 3, 4: 3, 6: 3},
+    corpus={
+        "inputs": ["../shared/data/en-books-wiki/en_train.jsonl.gz", "../shared/data/zh-news/zh_train.jsonl.gz"],
+        "weights": [0.8, 0.2],
+        "text_field": "text",
+        "vocab_size": 32768,
+        "max_bytes": 40_000_000,
+        "val_fraction": 0.01,
+        "name": "en-zh-bpe32k",
+    },
+    early_arms=True,
+    saturation_share=0.5,
+    bf16_where_native=True,
+)
+
+PRESETS: dict[str, Preset] = {"demo": DEMO, "cpu": CPU, "cpu-long": CPU_LONG, "cpu-0.1b": CPU_01B, "gpu": GPU}
 
 
 def get_preset(name: str | Preset, seeds: int | None = None) -> Preset:
@@ -423,7 +481,9 @@ __all__ = [
     "Arm",
     "BASELINE",
     "CPU",
+    "CPU_01B",
     "CPU_LONG",
+    "EARLY_ARMS",
     "CROSSOVER_ARMS",
     "CrossoverPlan",
     "SHRINK_ARMS",

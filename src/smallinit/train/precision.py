@@ -152,6 +152,19 @@ def native_bf16(device_type: str, flags: Iterable[str] = (), cuda_bf16: bool = F
     return False, f"no bf16 rule for device {device_type!r}"
 
 
+def bf16_where_native(device: str = "auto") -> tuple[str, str]:
+    """("bf16", why) when the device a run would use computes bf16 natively, else ("fp32", why): a preset that trains
+    in bf16 only where it is fast (emulated bf16 on an AVX2-only CPU is many times slower than float32)."""
+    import torch
+
+    from smallinit.core.device import resolve_device
+
+    dev = torch.device(resolve_device(device))
+    cuda = bool(dev.type == "cuda" and torch.cuda.is_bf16_supported())
+    ok, why = native_bf16(dev.type, cpu_flags() if dev.type == "cpu" else (), cuda)
+    return ("bf16" if ok else "fp32"), why
+
+
 def machine_key(device, flags: Iterable[str] = (), threads: int | None = None) -> dict[str, Any]:
     """What a measurement depends on besides the shape: the processor, its flags, torch, its threads."""
     import torch

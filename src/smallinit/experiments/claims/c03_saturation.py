@@ -15,6 +15,11 @@ log-spaced early probes do not outweigh the rest of the run). Parts:
     runs below ``Preset.enough`` tokens per non-embedding parameter this part is "inconclusive — not reached at this
     budget" (:func:`~smallinit.experiments.claims.rules.at_budget`).
 
+**By the share of the horizon** (a preset with ``saturation_share`` q, e.g. ``cpu-0.1b``: arms B = γ 1, ε 1e-5 and
+C = γ 1, ε 1e-12, both without the gate): part (a) is H − q > 0, H = the time-weighted share of the probed steps at
+which s_min ≤ 0.5 (:func:`dominated_share`, the same trapezoid weights), with the same intervals. The step at which
+s_min first exceeds 0.5 (:func:`first_healthy_step`: ε-dominated until then) and C's share are reported beside it.
+
 The claim is supported when both parts are (rules.combine). S(ε = 1e-12) is reported beside them, not judged: it is
 ≈ 1 whenever ms ≫ 1e-12, by construction.
 
@@ -45,7 +50,7 @@ from smallinit.experiments.claims.rules import (
     lower_is_better_effect,
     seed_pairs,
 )
-from smallinit.experiments.presets import PAPER, Arm, Preset, arm
+from smallinit.experiments.presets import EARLY_ARMS, PAPER, Arm, Preset, arm
 from smallinit.runs.rundir import summarize_probe_record
 
 ID = 3
@@ -87,6 +92,8 @@ def preset_width(size: Mapping[str, Any]) -> int | None:
 
 
 def arms(p: Preset) -> dict[str, Arm]:
+    if p.early_arms:
+        return {"eps_large": arm(p.main_size, EARLY_ARMS["B"]), "eps_small": arm(p.main_size, EARLY_ARMS["C"])}
     return {"eps_large": arm(p.main_size, (1.0, 1e-5, "elementwise")), "eps_small": arm(p.main_size, PAPER)}
 
 
@@ -119,6 +126,19 @@ def time_mean(series: Series) -> float:
     return float(np.sum(w * np.asarray(vals)) / np.sum(w))
 
 
+def dominated_share(series: Series, threshold: float = THRESHOLD) -> float:
+    """H = Σ_t w_t·[s_min(t) ≤ threshold] / Σ_t w_t: the time-weighted share of the probed steps at which the norms
+    are ε-dominated (:func:`time_weights`); NaN when empty."""
+    steps, vals = series
+    return time_mean((steps, [1.0 if v <= threshold else 0.0 for v in vals]))
+
+
+def first_healthy_step(series: Series, threshold: float = THRESHOLD) -> float | None:
+    """The first probed step at which the lowest saturation exceeds ``threshold`` (ε-dominated until then); None
+    when it never does."""
+    return next((float(t) for t, v in zip(*series) if v > threshold), None)
+
+
 def _boot_time_mean(series: Series, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile 95% interval of the time average, probed steps resampled with probability ∝ their weight."""
     steps, vals = series
@@ -142,37 +162,27 @@ def judge(
     enough: float | None = None,
     threshold: float = THRESHOLD,
     width: int | None = None,
+    share: float | None = None,
 ) -> Verdict:
     """Claim 3. ``sat_*`` = {seed: (steps, lowest saturation over the norms at each probed step)} (or one such pair)
     under γ = 1 with ε = 1e-5 (large) and ε = 1e-12 (small); ``loss_effect`` = loss(ε=1e-5) − loss(ε=1e-12) with its
     interval; ``tokens_per_param`` / ``enough`` = the runs' budget and the declared one (None: not checked). Parts
-    (a) 0.5 − S(ε=1e-5) > 0 and (b) the loss effect at the declared budget, as in the module docstring."""
+    (a) 0.5 − S(ε=1e-5) > 0 (or, with ``share`` q, H(ε=1e-5) − q > 0) and (b) the loss effect at the declared
+    budget, as in the module docstring."""
     large = {s: v for s, v in _as_seeds(sat_eps_large).items() if len(v[1])}
     small = {s: v for s, v in _as_seeds(sat_eps_small).items() if len(v[1])}
     S = {s: time_mean(v) for s, v in large.items()}
-    label = f"(a) ε-dominated: {threshold:g} − time-averaged lowest saturation (ε=1e-5)"
-    notes = []
-    if not S:
-        a = Effect(label, None, noise="no saturation probes")
-    elif len(S) >= 2:
-        from smallinit.core.stats import t_quantile
-
-        d = np.array([threshold - x for x in S.values()])
-        half = t_quantile(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
-        a = interval_effect(label, float(d.mean()), half, f"95% t-interval over {len(d)} seeds")
-    else:
-        ((s0, series),) = large.items()
-        lo, hi = _boot_time_mean(series)
-        a = Effect(
-            label,
-            threshold - S[s0],
-            threshold - hi,
-            threshold - lo,
-            "one seed: bootstrap over probed steps (time-weighted; within-run variation only)",
-        )
-        notes.append(
-            "one seed of the ε = 1e-5 arm: part (a)'s interval holds the variation over training only, not over seeds"
-        )
+    if share is None:  # ε-dominated on average: threshold − S
+        label = f"(a) ε-dominated: {threshold:g} − time-averaged lowest saturation (ε=1e-5)"
+        per_seed = {s: threshold - x for s, x in S.items()}
+        boot = large
+        flip = True
+    else:  # ε-dominated for more than the declared share of the horizon: H − q
+        label = f"(a) ε-dominated share of the horizon (lowest saturation ≤ {threshold:g}, ε=1e-5) − {share:g}"
+        per_seed = {s: dominated_share(v, threshold) - share for s, v in large.items()}
+        boot = {s: (v[0], [1.0 if x <= threshold else 0.0 for x in v[1]]) for s, v in large.items()}
+        flip = False
+    a, notes = _part_a(label, per_seed, boot, threshold if flip else share, flip)
     shows, why = can_show_saturation(width)
     verdict_a = a.verdict
     if not shows:
@@ -185,11 +195,49 @@ def judge(
         "saturation_eps_1e-5_time_mean": float(np.mean(list(S.values()))) if S else None,
         "saturation_eps_1e-12_time_mean": (float(np.mean([time_mean(v) for v in small.values()])) if small else None),
         "threshold": threshold,
+        "dominated_share_eps_1e-5": _mean_of(dominated_share(v, threshold) for v in large.values()),
+        "dominated_share_eps_1e-12": _mean_of(dominated_share(v, threshold) for v in small.values()),
+        "first_healthy_step_eps_1e-5": {s: first_healthy_step(v, threshold) for s, v in large.items()},
+        "declared_share": share,
         "loss_part": vb.verdict,
         **{k: vb.numbers[k] for k in ("budget_tokens_per_param", "declared_tokens_per_param") if k in vb.numbers},
     }
     nums["part_a"] = verdict_a
     return Verdict(combine([verdict_a, vb.verdict]), [a, b], nums, notes)
+
+
+def _mean_of(xs) -> float | None:
+    v = [x for x in xs if is_finite(x)]
+    return float(np.mean(v)) if v else None
+
+
+def _part_a(
+    label: str, per_seed: dict[int, float], series: dict[int, Series], offset: float, flip: bool
+) -> tuple[Effect, list[str]]:
+    """Part (a) from its per-seed values: k ≥ 2 seeds, the 95% t-interval over them; one seed, the time-weighted
+    bootstrap of its ``series`` mapped to the effect (offset − m when ``flip``, else m − offset)."""
+    if not per_seed:
+        return Effect(label, None, noise="no saturation probes"), []
+    if len(per_seed) >= 2:
+        from smallinit.core.stats import t_quantile
+
+        d = np.array(list(per_seed.values()))
+        half = t_quantile(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+        return interval_effect(label, float(d.mean()), half, f"95% t-interval over {len(d)} seeds"), []
+    ((s0, value),) = per_seed.items()
+    lo, hi = _boot_time_mean(series[s0])
+    lo, hi = (offset - hi, offset - lo) if flip else (lo - offset, hi - offset)
+    noise = "one seed: bootstrap over probed steps (time-weighted; within-run variation only)"
+    note = "one seed of the ε = 1e-5 arm: part (a)'s interval holds the variation over training only, not over seeds"
+    return Effect(label, value, lo, hi, noise), [note]
+
+
+def _seed_row(series: Series | None) -> list[str]:
+    """[time average, ε-dominated share, first step above 0.5] of one run's series ("—" where absent)."""
+    if series is None or not len(series[1]):
+        return ["—", "—", "—"]
+    first = first_healthy_step(series)
+    return [fmt(time_mean(series)), fmt(dominated_share(series)), "never" if first is None else f"{first:g}"]
 
 
 def norm_saturations(records: list[dict[str, Any]]) -> dict[str, float]:
@@ -218,7 +266,8 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     _, l_small, l_big = seed_pairs(ctx.losses_by_seed(small), ctx.losses_by_seed(big))
     loss = lower_is_better_effect("val loss: ε=1e-5 − ε=1e-12 (γ=1)", l_small, l_big, ctx.loss_hw(small, big))
     width = preset_width(ctx.p.sizes.get(big.size, {}))
-    v = judge(sat_big, sat_small, loss, ctx.budget(big, small), ctx.p.enough, width=width)
+    share = ctx.p.saturation_share
+    v = judge(sat_big, sat_small, loss, ctx.budget(big, small), ctx.p.enough, width=width, share=share)
     pb, ps = ctx.probes(big), ctx.probes(small)
     sb, ss = norm_saturations(pb), norm_saturations(ps)
     names = [n for n in sb if n in ss]
@@ -237,21 +286,20 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
             "rows": [[n, f"{sb[n]:.3f}", f"{ss[n]:.3f}"] for n in names],
         },
         {
-            "title": "time-averaged lowest saturation per seed (≤ 0.5: ε-dominated)",
-            "columns": ["seed", "ε = 1e-5", "ε = 1e-12"],
-            "rows": [
-                [
-                    s,
-                    fmt(time_mean(sat_big[s])) if s in sat_big else "—",
-                    fmt(time_mean(sat_small[s])) if s in sat_small else "—",
-                ]
-                for s in sorted(set(sat_big) | set(sat_small))
-            ],
+            "title": "lowest saturation per seed (≤ 0.5: ε-dominated): time average, ε-dominated share of the horizon, "
+            "first step above 0.5",
+            "columns": ["seed", "ε = 1e-5: mean", "share", "first > 0.5", "ε = 1e-12: mean", "share"],
+            "rows": [[s, *_seed_row(sat_big.get(s)), *_seed_row(sat_small.get(s))[:2]] for s in sorted(sat_big)],
         },
     ]
+    how = (
+        f"its time-weighted share of the horizon at or below the ε-dominated threshold 0.5 against {share:g}"
+        if share is not None
+        else "time-averaged over training, against the ε-dominated threshold 0.5"
+    )
     measured = (
-        "lowest RMSNorm saturation s = ms/(ms+ε) over all norms at each probed step, time-averaged over "
-        "training, against the ε-dominated threshold 0.5, and final val loss (judged at the declared budget of "
-        f"{ctx.p.enough:g} tokens per parameter), under γ = 1 with ε = 1e-5 vs ε = 1e-12 (elementwise gate both)"
+        f"lowest RMSNorm saturation s = ms/(ms+ε) over all norms at each probed step, {how}, and final val loss "
+        f"(judged at the declared budget of {ctx.p.enough:g} tokens per parameter), under γ = 1 with ε = 1e-5 vs "
+        f"ε = 1e-12 ({'no gate' if big.gate == 'none' else big.gate + ' gate'} both)"
     )
     return ctx.result(measured, v, plots=[plot], tables=tables, runs=ctx.names(big, small))

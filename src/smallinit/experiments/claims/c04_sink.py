@@ -10,6 +10,10 @@ the same batches; seeds paired by number): (a) small init raises it, γ=1 − γ
 are inconclusive and a note says how many the preset ran. (The layers of one run are not independent units: a
 bootstrap over the 2 layers of one run is the interval [min, max] and gave ≈ 25% false verdicts per part on null
 data; the t-interval over seeds gives the nominal 5% — tested by simulation.)
+
+A preset with ``early_arms`` (``cpu-0.1b``) reads its four shared arms: (a) B − A (γ = 1 vs γ = 0.5, both ε = 1e-5
+and no gate) and (b) C − D (no gate vs the gate, both γ = 1 and ε = 1e-12); the same two differences are also given
+per layer group (:func:`layer_groups`: first, middle and last third of the layers), reported beside the verdict.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ import numpy as np
 
 from smallinit.experiments.claims.context import ClaimContext
 from smallinit.experiments.claims.plots import pyplot, save
-from smallinit.experiments.claims.rules import INCONCLUSIVE, Verdict, combine, is_finite, seed_paired_effect
-from smallinit.experiments.presets import PAPER, Arm, Preset, arm
+from smallinit.experiments.claims.rules import INCONCLUSIVE, Effect, Verdict, combine, is_finite, seed_paired_effect
+from smallinit.experiments.presets import EARLY_ARMS, PAPER, Arm, Preset, arm
 from smallinit.runs.rundir import summarize_probe_record
 
 ID = 4
@@ -39,6 +43,14 @@ degrees of freedom."""
 def arms(p: Preset) -> dict[str, Arm]:
     s = p.probe_size
     roles = {"std": arm(s, (0.5, 1e-12, "none")), "small": arm(s, (1.0, 1e-12, "none")), "small_gate": arm(s, PAPER)}
+    if p.early_arms:
+        e = EARLY_ARMS
+        roles = {
+            "std": arm(s, e["A"]),
+            "small": arm(s, e["B"]),
+            "small_nogate": arm(s, e["C"]),
+            "small_gate": arm(s, e["D"]),
+        }
     if p.sink_without_bos:
         roles.update({f"{k}/nobos": replace(a, bos=False) for k, a in list(roles.items())})
     return roles
@@ -68,17 +80,20 @@ def judge(
     sink_small: PerSeed | Sequence,
     sink_small_gate: PerSeed | Sequence,
     min_seeds: int = MIN_SEEDS,
+    sink_small_nogate: PerSeed | Sequence | None = None,
 ) -> Verdict:
     """Claim 4. Per-layer first-token attention shares of the three arms (γ = 0.5 no gate, γ = 1 no gate, γ = 1
     with the gate), {seed: [layer shares]} (a list of runs is read as seeds 0, 1, …; one run's list of layers as
     seed 0). Each run counts as its layer mean; (a) γ=1 − γ=0.5 (no gate) and (b) γ=1 no gate − γ=1 gate are 95%
-    t-intervals over the seed-paired differences, inconclusive with fewer than ``min_seeds`` pairs."""
+    t-intervals over the seed-paired differences, inconclusive with fewer than ``min_seeds`` pairs. Part (b)'s
+    no-gate arm is ``sink_small_nogate`` when given (another ε than part (a)'s), else ``sink_small``."""
+    nogate = sink_small if sink_small_nogate is None else sink_small_nogate
     m = {
         name: {s: layer_mean(v) for s, v in _seeds(x).items()}
-        for name, x in (("std", sink_std), ("small", sink_small), ("gate", sink_small_gate))
+        for name, x in (("std", sink_std), ("small", sink_small), ("gate", sink_small_gate), ("nogate", nogate))
     }
     raise_ = seed_paired_effect("(a) sink share: γ=1 − γ=0.5 (no gate)", m["small"], m["std"], min_seeds)
-    gate = seed_paired_effect("(b) sink share: no gate − gate (γ=1)", m["small"], m["gate"], min_seeds)
+    gate = seed_paired_effect("(b) sink share: no gate − gate (γ=1)", m["nogate"], m["gate"], min_seeds)
 
     def mean(d: dict[int, float]) -> float | None:
         v = [x for x in d.values() if is_finite(x)]
@@ -88,6 +103,7 @@ def judge(
         "sink_gamma0.5": mean(m["std"]),
         "sink_gamma1": mean(m["small"]),
         "sink_gamma1_gate": mean(m["gate"]),
+        "sink_gamma1_nogate_part_b": mean(m["nogate"]),
         "seeds": sorted(set(m["std"]) & set(m["small"]) & set(m["gate"])),
     }
     notes = []
@@ -98,6 +114,25 @@ def judge(
             "differences; the layers of one run are not independent units)"
         )
     return Verdict(combine([raise_.verdict, gate.verdict]), [raise_, gate], nums, notes)
+
+
+def layer_groups(n_layers: int, k: int = 3) -> list[range]:
+    """The layers split into ``k`` consecutive groups as equal as possible (first, middle, last third for k = 3)."""
+    k = max(1, min(k, n_layers))
+    edges = [round(i * n_layers / k) for i in range(k + 1)]
+    return [range(edges[i], edges[i + 1]) for i in range(k)]
+
+
+def group_effects(claimed: PerSeed, other: PerSeed, label: str, k: int = 3) -> list[Effect]:
+    """Per layer group (:func:`layer_groups`), the seed-paired difference of the group's mean sink share,
+    claimed − other, with its 95% t-interval over seeds."""
+    n = min((len(v) for v in [*claimed.values(), *other.values()]), default=0)
+    out = []
+    for g in layer_groups(n, k) if n else []:
+        a = {s: layer_mean([v[i] for i in g]) for s, v in claimed.items()}
+        b = {s: layer_mean([v[i] for i in g]) for s, v in other.items()}
+        out.append(seed_paired_effect(f"{label}, layers {g.start}–{g.stop - 1}", a, b, MIN_SEEDS))
+    return out
 
 
 def layer_sinks(records: list[dict[str, Any]], tail: float = 0.25) -> list[float]:
@@ -120,66 +155,95 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
     variants = [("", "with BOS")] + ([("/nobos", "without BOS")] if ctx.p.sink_without_bos else [])
     verdicts, effects, tables, plots, nums, notes = [], [], [], [], {}, []
     for suffix, label in variants:
-        std, small, gate = roles["std" + suffix], roles["small" + suffix], roles["small_gate" + suffix]
+        arms_ = {k: roles[r + suffix] for k, r in (("std", "std"), ("small", "small"), ("gate", "small_gate"))}
+        arms_["nogate"] = roles.get("small_nogate" + suffix, arms_["small"])
         per = {
             k: {s: ls for s, recs in ctx.probes_by_seed(a).items() if (ls := layer_sinks(recs))}
-            for k, a in (("std", std), ("small", small), ("gate", gate))
+            for k, a in arms_.items()
         }
         if not all(per.values()):
             verdicts.append(INCONCLUSIVE)
             continue
-        v = judge(per["std"], per["small"], per["gate"])
+        v = judge(per["std"], per["small"], per["gate"], sink_small_nogate=per["nogate"])
         verdicts.append(v.verdict)
         for e in v.effects:
             e.label = f"{label}: {e.label}"
             effects.append(e)
         notes += [f"{label}: {n}" for n in v.notes]
         nums[label] = v.numbers
-        first = {k: d[min(d)] for k, d in per.items()}
-        recs0 = ctx.probes(std)
+        early = arms_["nogate"] is not arms_["small"]
+        if early:
+            groups = group_effects(per["small"], per["std"], "(a) γ=1 − γ=0.5") + group_effects(
+                per["nogate"], per["gate"], "(b) no gate − gate"
+            )
+            tables.append(_group_table(groups, label))
+            nums[label]["groups"] = [e.to_dict() for e in groups]
+        cols = EARLY_COLUMNS if early else COLUMNS
+        recs0 = ctx.probes(arms_["std"])
         uni = (recs0[-1] or {}).get("uniform_sink") if recs0 else None
         nums[label]["uniform_baseline"] = uni
-        tables.append(
-            {
-                "title": (
-                    f"first-token attention share per layer, seed {min(per['std'])} ({label}; uniform "
-                    f"causal attention: {uni:.3f})"
-                    if uni
-                    else f"first-token attention share per layer ({label})"
-                ),
-                "columns": ["layer", "γ=0.5, no gate", "γ=1, no gate", "γ=1, gate"],
-                "rows": [
-                    [i, f"{a:.3f}", f"{b:.3f}", f"{c:.3f}"]
-                    for i, (a, b, c) in enumerate(zip(first["std"], first["small"], first["gate"]))
-                ],
-            }
-        )
-        tables.append(
-            {
-                "title": f"layer-mean share per seed ({label})",
-                "columns": ["seed", "γ=0.5, no gate", "γ=1, no gate", "γ=1, gate"],
-                "rows": [
-                    [s, *(f"{layer_mean(per[k][s]):.3f}" if s in per[k] else "—" for k in ("std", "small", "gate"))]
-                    for s in sorted(set(per["std"]) | set(per["small"]) | set(per["gate"]))
-                ],
-            }
-        )
+        tables += _tables(per, cols, label, uni)
         plots.append(
             plot_sinks(
                 ctx.out,
                 f"claim4_sink{suffix.replace('/', '_')}.png",
-                {"γ=0.5, no gate": ctx.probes(std), "γ=1, no gate": ctx.probes(small), "γ=1, gate": ctx.probes(gate)},
+                {name: ctx.probes(arms_[k]) for k, name in cols.items()},
                 title=f"Claim 4: first-token attention share ({label})",
             )
         )
     verdict = Verdict(combine(verdicts), effects, nums, notes)
+    eps = "ε = 1e-5 in (a), 1e-12 in (b)" if ctx.p.early_arms else "ε = 1e-12 all"
     measured = (
         "first-token attention share (mean over heads, batch and queries t ≥ 1 of the weight on position 0) "
         "per layer, averaged over the last quarter of training and then over layers, for γ = 0.5 and γ = 1 "
-        "without the gate and γ = 1 with it (ε = 1e-12 all); 95% t-interval over seed-paired differences "
+        f"without the gate and γ = 1 with it ({eps}); 95% t-interval over seed-paired differences "
         f"(a verdict needs ≥ {MIN_SEEDS} seeds)"
     )
     return ctx.result(measured, verdict, plots=plots, tables=tables, runs=ctx.names(*roles.values()))
+
+
+COLUMNS = {"std": "γ=0.5, no gate", "small": "γ=1, no gate", "gate": "γ=1, gate"}
+EARLY_COLUMNS = {
+    "std": "A: γ=0.5, ε=1e-5",
+    "small": "B: γ=1, ε=1e-5",
+    "nogate": "C: γ=1, ε=1e-12",
+    "gate": "D: γ=1, ε=1e-12, gate",
+}
+
+
+def _tables(per: dict[str, dict[int, list[float]]], cols: dict[str, str], label: str, uni: Any) -> list[dict]:
+    """The per-layer table of the first seed and the layer-mean table per seed, one column per arm."""
+    first = {k: per[k][min(per[k])] for k in cols}
+    seeds = sorted(set().union(*(per[k] for k in cols)))
+    return [
+        {
+            "title": (
+                f"first-token attention share per layer, seed {min(per['std'])} ({label}; uniform "
+                f"causal attention: {uni:.3f})"
+                if uni
+                else f"first-token attention share per layer ({label})"
+            ),
+            "columns": ["layer", *cols.values()],
+            "rows": [[i, *(f"{x:.3f}" for x in row)] for i, row in enumerate(zip(*(first[k] for k in cols)))],
+        },
+        {
+            "title": f"layer-mean share per seed ({label})",
+            "columns": ["seed", *cols.values()],
+            "rows": [[s, *(f"{layer_mean(per[k][s]):.3f}" if s in per[k] else "—" for k in cols)] for s in seeds],
+        },
+    ]
+
+
+def _group_table(effects: list[Effect], label: str) -> dict[str, Any]:
+    return {
+        "title": f"sink share per layer group, seed-paired ({label}; reported: the verdict is on layer means)",
+        "columns": ["difference", "value", "95% interval", "reads"],
+        "rows": [[e.label, f"{e.value:+.4f}" if is_finite(e.value) else "—", _interval(e), e.verdict] for e in effects],
+    }
+
+
+def _interval(e: Effect) -> str:
+    return f"[{e.lo:+.4f}, {e.hi:+.4f}]" if is_finite(e.lo) and is_finite(e.hi) else e.noise
 
 
 def plot_sinks(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], title: str = "") -> str | None:

@@ -24,8 +24,13 @@ Noise: with k ≥ 2 seeds in both arms each statistic is averaged over matrices 
 t-interval over the k seed-paired values (:func:`~smallinit.experiments.claims.rules.seed_paired_effect`; seeds
 paired by number); with one seed, a bootstrap 95% interval over matrices paired by name (matrices of one run share
 its training noise, so this interval is a lower bound of the noise — the notes say so). Supported when all three
-parts are, not supported when any is below 0 (rules.combine). Stable rank is a function of the weights alone, so
-there is no probe-batch noise to add.
+parts are, not supported when any is below 0 (rules.combine).
+
+**Where (b) and (c) can show** (:func:`can_show_expansion`): "later expand" needs a horizon long enough to reach the
+expansion. The `cpu` preset's 240-step runs saw γ = 1's stable rank still falling at their end, while the 1,562-step
+trunks of the same width saw it rise; from runs that end before :data:`EXPANSION_MIN_STEPS` steps, (b) and (c) read
+"inconclusive — not reached" unless the horizon shows the expansion (the part is supported). Stable rank is a
+function of the weights alone, so there is no probe-batch noise to add.
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ import numpy as np
 
 from smallinit.core.figures import finish_axes
 from smallinit.experiments.claims.context import ClaimContext, fmt_lr
-from smallinit.experiments.claims.plots import plot_probe_series, pyplot, save
+from smallinit.experiments.claims.plots import plot_probe_series, plot_row_cosine_heatmaps, pyplot, save
 from smallinit.experiments.claims.rules import (
     INCONCLUSIVE,
+    NOT_REACHED,
+    SUPPORTED,
     Effect,
     Verdict,
     combine,
@@ -49,7 +56,7 @@ from smallinit.experiments.claims.rules import (
     paired_effect,
     seed_paired_effect,
 )
-from smallinit.experiments.presets import Arm, Preset, arm
+from smallinit.experiments.presets import EARLY_ARMS, Arm, Preset, arm
 from smallinit.runs.rundir import config_get, read_config, read_probes
 
 ID = 6
@@ -78,7 +85,32 @@ def arms(p: Preset) -> dict[str, Arm]:
     if uses_crossover(p):
         return {}  # the crossover's trunks (claim 1's runs) carry the probe logs
     s = p.probe_size
+    if p.early_arms:
+        return {"small": arm(s, EARLY_ARMS["B"]), "std": arm(s, EARLY_ARMS["A"])}
     return {"small": arm(s, (1.0, 1e-12, "none")), "std": arm(s, (0.5, 1e-12, "none"))}
+
+
+EXPANSION_MIN_STEPS = 1000
+"""Runs that end before this step cannot show parts (b) and (c) unless they do: between the 240 steps at which γ = 1's
+stable rank was still falling and the 1,562 at which it had risen (d 128, `cpu` preset, 2026-12)."""
+
+
+def can_show_expansion(end_step: float | None, min_steps: int = EXPANSION_MIN_STEPS) -> tuple[bool, str]:
+    """Whether runs that end at ``end_step`` can show the expansion (parts (b), (c)), and the words why not."""
+    if end_step is None or end_step >= min_steps:
+        return True, ""
+    return False, (
+        f"the runs end at step {end_step:g}, before the {min_steps:,} steps an expansion needs to show "
+        "(240-step runs saw the stable rank still falling, 1,562-step trunks saw it rise)"
+    )
+
+
+def preset_horizon(p: Preset) -> int | None:
+    """The steps of a preset's claim-6 runs: its probe size's ``train.max_steps`` (None with the crossover's trunks)."""
+    if uses_crossover(p):
+        return None
+    steps = p.sizes.get(p.probe_size, {}).get("train.max_steps", p.base.get("train", {}).get("max_steps"))
+    return None if steps is None else int(steps)
 
 
 def trajectory_stats(srank: Sequence[float]) -> dict[str, float]:
@@ -148,12 +180,14 @@ def judge(
     std: Trajectories | Mapping[int, Trajectories],
     steps_small: Sequence[float] | Mapping[int, Sequence[float]] | None = None,
     steps_std: Sequence[float] | Mapping[int, Sequence[float]] | None = None,
+    expansion_min_steps: int | None = None,
 ) -> Verdict:
     """Claim 6. Stable-rank trajectories of the γ = 1 (``small``) and γ = 0.5 (``std``) arms, same architecture and
     learning rate: one run each ({matrix: ranks}) or several ({seed: {matrix: ranks}}, paired by seed);
     ``steps_*`` = the probed steps the ranks are aligned with (one list, or {seed: list}; default 0, 1, 2, …). The
     reference steps (0, t_c, t_end) come from the steps both arms probed (:func:`reference_steps`); parts (a)–(c)
-    and their noise as in the module docstring."""
+    and their noise as in the module docstring; with ``expansion_min_steps``, (b) and (c) from runs that end before
+    it are not reached unless supported (:func:`can_show_expansion`)."""
     per_seed, refs = _per_seed_stats(_as_seeds(small), _as_seeds(std), steps_small, steps_std)
     if not per_seed:
         return Verdict(
@@ -174,6 +208,11 @@ def judge(
         for k in ("condensation", "expansion")
     }
     ref = refs[seeds[0]]
+    shows, why = (True, "") if expansion_min_steps is None else can_show_expansion(ref[2], expansion_min_steps)
+    verdicts = [a.verdict, b.verdict, c.verdict]
+    if not shows:
+        verdicts[1:] = [v if v == SUPPORTED else NOT_REACHED for v in verdicts[1:]]
+        notes.append(f"parts (b), (c) not reached: {why} (they read '{b.verdict}', '{c.verdict}')")
     nums = {
         "condensation_gamma1": _mean(every[("small", "condensation")]),
         "condensation_gamma0.5": _mean(every[("std", "condensation")]),
@@ -183,7 +222,8 @@ def judge(
         "seeds": seeds,
         "steps_gamma1": {"ref_step": ref[0], "mid_step": ref[1], "end_step": ref[2]},
     }
-    return Verdict(combine([a.verdict, b.verdict, c.verdict]), [a, b, c], nums, notes)
+    nums["parts"] = verdicts
+    return Verdict(combine(verdicts), [a, b, c], nums, notes)
 
 
 _PerSeed = dict[int, dict[str, dict[str, dict[str, float]]]]
@@ -318,6 +358,7 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
         {s: t[1] for s, t in tables["std"].items()},
         {s: t[0] for s, t in tables["small"].items()},
         {s: t[0] for s, t in tables["std"].items()},
+        expansion_min_steps=EXPANSION_MIN_STEPS,
     )
     v.notes += pair.notes
     s0 = common[0]
@@ -337,7 +378,9 @@ def analyse(ctx: ClaimContext) -> dict[str, Any]:
             "condensation index (mean |cos| between rows)",
             title="Claim 6: condensation index",
         ),
-        plot_heatmaps(ctx.out, "claim6_heatmaps.png", {"γ=1": [run_dirs["small"][s0]], "γ=0.5": [run_dirs["std"][s0]]}),
+        plot_row_cosine_heatmaps(
+            ctx.out, "claim6_heatmaps.png", {"γ=1": [run_dirs["small"][s0]], "γ=0.5": [run_dirs["std"][s0]]}
+        ),
     ]
     ref = v.numbers.get("steps_gamma1") or {}
     at = (
@@ -455,22 +498,3 @@ def plot_srank(out: Path, name: str, groups: dict[str, list[dict[str, Any]]], ti
         ax, "step", "stable rank / stable rank at init", title + "\n(thin lines: one matrix type each)", title_size=9
     )
     return save(fig, out, name)
-
-
-def plot_heatmaps(out: Path, name: str, groups: dict[str, list[Path]], max_cols: int = 5) -> str | None:
-    """Row-cosine heatmaps of the first saved matrix at log-spaced steps, one row of panels per group's seed-0 run
-    (:func:`smallinit.probes.plots.heatmap_grid`)."""
-    from smallinit.probes.plots import heatmap_grid
-    from smallinit.runs.rundir import load_run
-
-    runs = []
-    for label, dirs in groups.items():
-        if dirs:
-            r = load_run(dirs[0])
-            r.label = label
-            if r.heatmaps:
-                runs.append(r)
-    if not runs:
-        return None
-    matrix = sorted(next(iter(runs[0].heatmaps.values())).keys())[0]
-    return name if heatmap_grid(runs, matrix, Path(out) / name, max_cols=max_cols) else None

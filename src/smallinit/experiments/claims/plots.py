@@ -60,3 +60,22 @@ def plot_probe_series(
 
 
 __all__ = ["plot_loss_curves", "plot_probe_series", "save"]
+
+
+def plot_row_cosine_heatmaps(out: Path, name: str, groups: dict[str, list[Path]], max_cols: int = 5) -> str | None:
+    """Row-cosine heatmaps of the first saved matrix at log-spaced steps, one row of panels per group's seed-0 run
+    (:func:`smallinit.probes.plots.heatmap_grid`)."""
+    from smallinit.probes.plots import heatmap_grid
+    from smallinit.runs.rundir import load_run
+
+    runs = []
+    for label, dirs in groups.items():
+        if dirs:
+            r = load_run(dirs[0])
+            r.label = label
+            if r.heatmaps:
+                runs.append(r)
+    if not runs:
+        return None
+    matrix = sorted(next(iter(runs[0].heatmaps.values())).keys())[0]
+    return name if heatmap_grid(runs, matrix, Path(out) / name, max_cols=max_cols) else None
