@@ -160,9 +160,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--effect-from",
         nargs="+",
         metavar="RESULT",
-        help="declare δ as the paper's 44%% effective size in nats at this run's N and D, from the baseline of "
-        "finished crossovers at ≥ 3 widths that reach D (crossover.json files or their folders); printed with its "
-        "source, dry run too",
+        help="declare δ as the paper's 44%% effective size in nats at this N and D, from the baselines of finished "
+        "crossovers at ≥ 3 widths that reach D (crossover.json or its folder); printed with its source",
     )
     p.add_argument(
         "--jobs",
@@ -274,14 +273,13 @@ def run(args: argparse.Namespace) -> int:
 def declared_effect(spec, sources: list[str]) -> float:
     """δ at the baseline's N and the largest budget D from the baselines of the finished crossovers ``sources``
     (:func:`smallinit.experiments.crossover_rejudge.effect_from_results`); printed with where it came from."""
-    from smallinit.commands.crossover_rejudge import read_result
     from smallinit.core.errors import ConfigError
     from smallinit.experiments.crossover_jobs import baseline_non_embedding_params
-    from smallinit.experiments.crossover_rejudge import effect_from_results
+    from smallinit.experiments.crossover_rejudge import effect_from_results, read_crossover_result
 
     if spec.enough is None:
         raise ConfigError("--effect-from declares δ with the budget: give --enough K too")
-    results = [read_result(r) for r in sources]
+    results = [read_crossover_result(r) for r in sources]
     try:
         ce = effect_from_results(results, baseline_non_embedding_params(spec), spec.tokens)
     except ValueError as e:

@@ -39,48 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (new, empty, or an earlier re-judging)")
 
 
-def read_result(path: str) -> dict:
-    """A crossover.json (or the one in a folder), refused with one line when it is not a finished crossover's."""
-    from smallinit.core.errors import ConfigError
-    from smallinit.experiments.crossover_rejudge import read_crossover_json
-
-    p, x = read_crossover_json(path)
-    if not isinstance(x, dict) or not {"spec", "losses", "budgets", "non_embedding_params"} <= set(x):
-        raise ConfigError(f"{p}: not a crossover result (needs spec, losses, budgets, non_embedding_params)")
-    bad = malformed(x)
-    if bad:
-        raise ConfigError(f"{p}: not a crossover result ({bad})")
-    return x
-
-
-def malformed(x: dict) -> str | None:
-    """What is wrong with the shape of a crossover.json, in words; None when it can be judged."""
-    num = (int, float)
-    spec, losses, budgets = x["spec"], x["losses"], x["budgets"]
-    if (
-        not isinstance(budgets, list)
-        or not budgets
-        or not all(isinstance(b, dict) and isinstance(b.get("tokens"), num) for b in budgets)
-    ):
-        return "budgets must be a list of {tokens: …}"
-    if not isinstance(x["non_embedding_params"], num) or not x["non_embedding_params"] > 0:
-        return "non_embedding_params must be a number > 0"
-    if not isinstance(losses, dict):
-        return "losses must map arms to {seed: [loss per budget]}"
-    if not isinstance(spec, dict) or spec.get("baseline") not in losses:
-        return "spec.baseline must name an arm of losses"
-    if len(losses) < 2:
-        return "losses must hold the baseline and at least one other arm"
-    for arm, per in losses.items():
-        ok = isinstance(per, dict) and per and all(str(s).isdigit() for s in per)
-        if not ok or not all(
-            isinstance(v, list) and len(v) == len(budgets) and all(y is None or isinstance(y, num) for y in v)
-            for v in per.values()
-        ):
-            return f"losses.{arm} must map seeds to one loss (or null) per budget"
-    return None
-
-
 def run(args: argparse.Namespace) -> int:
     from smallinit.core.errors import ConfigError
     from smallinit.core.io import atomic_write_json, atomic_write_text, json_safe
@@ -90,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.effect is not None and args.effect_from:
         raise ConfigError("give --effect or --effect-from, not both")
+    from smallinit.experiments.crossover_rejudge import read_crossover_result as read_result
+
     sources = [args.result, *(args.effect_from or [])]
     plan = check_out_dir(args.out, "rejudge", inputs=sources, can_continue=True, verb="crossover-rejudge")
     result = read_result(args.result)

@@ -79,6 +79,47 @@ def rejudge(
     return out
 
 
+def read_crossover_result(path: str) -> dict:
+    """A crossover.json (or the one in a folder), refused with one line when it is not a finished crossover's."""
+    from smallinit.core.errors import ConfigError
+
+    p, x = read_crossover_json(path)
+    if not isinstance(x, dict) or not {"spec", "losses", "budgets", "non_embedding_params"} <= set(x):
+        raise ConfigError(f"{p}: not a crossover result (needs spec, losses, budgets, non_embedding_params)")
+    bad = crossover_result_problem(x)
+    if bad:
+        raise ConfigError(f"{p}: not a crossover result ({bad})")
+    return x
+
+
+def crossover_result_problem(x: dict) -> str | None:
+    """What is wrong with the shape of a crossover.json, in words; None when it can be judged."""
+    num = (int, float)
+    spec, losses, budgets = x["spec"], x["losses"], x["budgets"]
+    if (
+        not isinstance(budgets, list)
+        or not budgets
+        or not all(isinstance(b, dict) and isinstance(b.get("tokens"), num) for b in budgets)
+    ):
+        return "budgets must be a list of {tokens: …}"
+    if not isinstance(x["non_embedding_params"], num) or not x["non_embedding_params"] > 0:
+        return "non_embedding_params must be a number > 0"
+    if not isinstance(losses, dict):
+        return "losses must map arms to {seed: [loss per budget]}"
+    if not isinstance(spec, dict) or spec.get("baseline") not in losses:
+        return "spec.baseline must name an arm of losses"
+    if len(losses) < 2:
+        return "losses must hold the baseline and at least one other arm"
+    for arm, per in losses.items():
+        ok = isinstance(per, dict) and per and all(str(s).isdigit() for s in per)
+        if not ok or not all(
+            isinstance(v, list) and len(v) == len(budgets) and all(y is None or isinstance(y, num) for y in v)
+            for v in per.values()
+        ):
+            return f"losses.{arm} must map seeds to one loss (or null) per budget"
+    return None
+
+
 def baseline_curve(result: dict[str, Any], arm: str | None = None) -> tuple[list[float], list[float | None]]:
     """(budgets, seed-mean loss at each) of ``arm`` (default: the baseline) in a crossover.json."""
     arm = arm or result["spec"]["baseline"]
@@ -102,4 +143,12 @@ def effect_from_results(
     return claimed_effect(sizes, losses, params, tokens)
 
 
-__all__ = ["baseline_curve", "declared", "effect_from_results", "read_crossover_json", "rejudge"]
+__all__ = [
+    "baseline_curve",
+    "crossover_result_problem",
+    "declared",
+    "effect_from_results",
+    "read_crossover_json",
+    "read_crossover_result",
+    "rejudge",
+]
