@@ -93,10 +93,10 @@ class Reproduction:
     def _calibrate(self, corpus: Path | None) -> None:
         """Measure this machine's throughput for the time estimates (unless the preset or --gflops gives it)."""
         if self.gflops is None:
-            cfg = lm_config(self.p, arm(self.p.main_size, PAPER), self.p.lrs[0], 0, corpus) if corpus else None
-            if cfg is not None:
-                meta = read_json(corpus / "meta.json") or {}
-                cfg.model.vocab_size = int(meta.get("vocab_size", cfg.model.vocab_size))
+            # the main size's model (before the corpus exists, e.g. a dry run, at the size's own vocabulary)
+            cfg = lm_config(self.p, arm(self.p.main_size, PAPER), self.p.lrs[0], 0, corpus or "")
+            meta = (read_json(corpus / "meta.json") if corpus else None) or {}
+            cfg.model.vocab_size = int(meta.get("vocab_size", cfg.model.vocab_size))
             self.gflops = measure_gflops(cfg, threads=default_threads(self.jobs))
             self.log(
                 f"[reproduce] measured {self.gflops:.1f} GFLOP/s training the {self.p.main_size} model here in "
