@@ -462,7 +462,7 @@ PRESETS: dict[str, Preset] = {"demo": DEMO, "cpu": CPU, "cpu-long": CPU_LONG, "c
 
 
 def get_preset(name: str | Preset, seeds: int | None = None) -> Preset:
-    """A copy of the named preset (or of the given :class:`Preset`), with ``seeds`` (if given) for claims 1, 9, 10."""
+    """A copy of the named preset (or :class:`Preset`) with ``seeds`` (if given) for claims 1, 9, 10 and its own."""
     if isinstance(name, Preset):
         p = copy.deepcopy(name)
     elif name in PRESETS:
