@@ -177,3 +177,14 @@ def test_cpu_01b_builds_and_runs_two_steps_at_a_stand_in_size(tmp_path, token_di
     runs = sorted(d.name for d in (out / "runs").iterdir() if d.name.startswith("0.1b-"))
     assert len(runs) == 12, runs
     assert claims[6]["verdict"] in (NOT_REACHED, NOT_SUPPORTED, INCONCLUSIVE)
+
+
+def test_gpu_01b_is_the_same_experiment_at_the_sizes_own_sequence_length():
+    """`gpu-0.1b`: the same arms, seeds, rate, horizon and claims as `cpu-0.1b`, at T 2048 and 64 sequences a step."""
+    from smallinit.experiments.plan import claim_arms, lm_config
+
+    gpu = PRESETS["gpu-0.1b"]
+    assert claim_arms(gpu) == claim_arms(CPU_01B) and gpu.seeds == CPU_01B.seeds and gpu.lrs == CPU_01B.lrs
+    cfg = lm_config(gpu, c3.arms(gpu)["eps_large"], gpu.lrs[0], 0, "data")
+    assert (cfg.data.seq_len, cfg.train.batch_size, cfg.train.max_steps, cfg.model.d_model) == (2048, 64, 300, 768)
+    assert cfg.train.compile and cfg.model.max_seq_len == 2048
